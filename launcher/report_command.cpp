@@ -1,0 +1,30 @@
+// `oomflight report ARCHIVE`: the post-mortem across ranks, as text.
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "oomflight/archive_reader.hpp"
+#include "oomflight/report.hpp"
+
+namespace oomflight::cli {
+
+Command add_report(CLI::App& app) {
+  auto* sub = app.add_subcommand("report", "Print the post-mortem of an archive (or a rank-local file)");
+  auto path = std::make_shared<std::string>();
+  auto top = std::make_shared<std::size_t>(10);
+  auto frames = std::make_shared<std::size_t>(6);
+  sub->add_option("archive", *path, "The archive (.h5)")->required();
+  sub->add_option("--top", *top, "Largest live allocations to list per origin")->capture_default_str();
+  sub->add_option("--frames", *frames, "Frames to show per allocation")->capture_default_str();
+  return {sub, [path, top, frames] {
+    try {
+      const Archive archive = read_archive(*path);
+      fmt::print("{}", render_report(archive, analyze(archive, *top), *frames));
+      return 0;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "oomflight: error: {}\n", e.what());
+      return 1;
+    }
+  }};
+}
+
+}  // namespace oomflight::cli

@@ -1,0 +1,108 @@
+// A simulated CUDA device with a caching allocator modelled at the level a PyTorch trace records it:
+// reserved segments and allocated blocks. It replays a snapshot's device trace against a chosen capacity.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "oomflight/event.hpp"
+#include "oomflight/recorder.hpp"
+#include "oomflight/torch_snapshot.hpp"
+
+namespace oomflight::sim {
+
+/// Receives what the simulated device does, in order.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  /// One event (units as in oomflight::Event).
+  virtual void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+                     std::int32_t stack_id) = 0;
+  /// The device's figures after the event.
+  virtual void memory(const MemoryStats& stats) = 0;
+};
+
+/// Why a replay stopped early.
+struct OutOfMemory {
+  std::size_t trace_index = 0;       ///< index of the trace entry that could not be served (or trace size)
+  std::uint64_t requested_bytes = 0; ///< the allocation that failed
+  std::uint64_t device_free_bytes = 0;
+  std::uint64_t reserved_bytes = 0;  ///< after releasing every unused cached segment
+  std::uint64_t allocated_bytes = 0;
+  std::string message;               ///< as PyTorch words it: "CUDA out of memory. Tried to allocate ..."
+};
+
+/// Counters of trace entries that did not match the model (a consistent trace has none).
+struct ReplayAnomalies {
+  std::size_t alloc_outside_segments = 0;
+  std::size_t free_of_unknown_block = 0;
+  std::size_t free_of_unknown_segment = 0;
+};
+
+/// The simulated device. Not thread-safe: one replaying thread.
+class SimulatedDevice {
+ public:
+  /// Reconstructs the allocator's state at the start of the trace of `device` (segments and blocks that
+  /// predate it: the snapshot's end state, walked back through the trace) and checks that it fits.
+  /// Throws std::invalid_argument naming the sizes when the starting state alone exceeds `capacity_bytes`,
+  /// or when the snapshot has no trace for `device`.
+  SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device = 0);
+
+  /// Replays the whole trace once into `sink`. Every alloc, free_requested and free_completed is emitted in
+  /// order with the trace's size; segment events are the model's own (it may release cached segments when
+  /// memory runs short and reserve them again later, as PyTorch's allocator does). When a segment would exceed
+  /// the capacity even after releasing every unused cached segment, emits an `oom` event (size = the requested
+  /// allocation, addr = device free bytes, as PyTorch's trace does) and returns the failure.
+  std::optional<OutOfMemory> replay(EventSink& sink);
+
+  /// Brings the model back to the trace's starting state, emitting the frees, allocs and segment events that
+  /// takes, so that the next replay() starts where the trace started (one loop = one training step).
+  std::optional<OutOfMemory> rewind(EventSink& sink);
+
+  MemoryStats stats() const;
+  const ReplayAnomalies& anomalies() const { return anomalies_; }
+  std::uint64_t capacity() const { return capacity_; }
+  /// Reserved and allocated bytes at the trace's start.
+  std::uint64_t start_reserved_bytes() const { return start_reserved_; }
+  std::uint64_t start_allocated_bytes() const { return start_allocated_; }
+
+ private:
+  struct Segment {
+    std::uint64_t size = 0;
+    std::uint64_t stream = 0;
+    std::uint64_t live_bytes = 0;
+    std::size_t live_blocks = 0;
+    bool reserved = true;  // false: released by the model, may be reserved again
+  };
+  struct Block {
+    std::uint64_t size = 0;
+    std::uint64_t stream = 0;
+    std::uint64_t segment = 0;  // segment address, or ~0 when outside every segment
+  };
+
+  Segment* segment_of(std::uint64_t addr);
+  std::optional<OutOfMemory> reserve(std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+                                     std::uint64_t requested, std::size_t index, EventSink& sink);
+  void release_unused(EventSink& sink);
+  void take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream);
+  void drop_block(std::uint64_t addr);
+  OutOfMemory out_of_memory(std::uint64_t requested, std::size_t index, EventSink& sink);
+  std::uint64_t requested_for_segment(std::size_t index) const;
+  void publish(EventSink& sink);
+
+  const std::vector<TraceEntry>& trace_;
+  std::uint64_t capacity_;
+  std::map<std::uint64_t, Segment> segments_;
+  std::unordered_map<std::uint64_t, Block> blocks_;
+  std::map<std::uint64_t, Segment> start_segments_;
+  std::unordered_map<std::uint64_t, Block> start_blocks_;
+  std::uint64_t reserved_ = 0, allocated_ = 0, peak_reserved_ = 0, peak_allocated_ = 0;
+  std::uint64_t start_reserved_ = 0, start_allocated_ = 0;
+  ReplayAnomalies anomalies_;
+};
+
+}  // namespace oomflight::sim

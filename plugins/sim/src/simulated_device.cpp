@@ -1,0 +1,250 @@
+// The simulated device: start-state reconstruction, trace replay against a capacity, and the rewind between
+// loops. Release policy: with PyTorch's default settings (no max_split_size), a failed cudaMalloc makes the
+// caching allocator release every cached segment that holds no live block and retry once
+// (release_cached_blocks in c10/cuda/CUDACachingAllocator.cpp); the model does the same.
+#include "oomflight/sim/simulated_device.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <stdexcept>
+
+#include "oomflight/units.hpp"
+
+namespace oomflight::sim {
+namespace {
+constexpr std::uint64_t kNoSegment = ~std::uint64_t{0};
+constexpr std::size_t kLookahead = 256;  // how far after a segment_alloc to look for the alloc it serves
+
+const std::vector<TraceEntry>& trace_of(const TorchSnapshot& s, int device) {
+  if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) {
+    throw std::invalid_argument(fmt::format("the snapshot has no trace for device {} ({} device trace(s))", device,
+                                            s.device_traces.size()));
+  }
+  return s.device_traces[static_cast<std::size_t>(device)];
+}
+}  // namespace
+
+SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device)
+    : trace_(trace_of(snapshot, device)), capacity_(capacity_bytes) {
+  // The snapshot's segments are the end state; undo the trace, newest first, to get the start state.
+  for (const auto& seg : snapshot.segments) {
+    if (seg.device != device) continue;
+    segments_[seg.address] = Segment{seg.total_size, seg.stream, 0, 0, true};
+    for (const auto& b : seg.blocks) {
+      if (b.live()) blocks_[b.address] = Block{b.size, seg.stream, kNoSegment};
+    }
+  }
+  for (auto it = trace_.rbegin(); it != trace_.rend(); ++it) {
+    switch (it->action) {
+      case Action::segment_alloc:
+      case Action::segment_map: segments_.erase(it->addr); break;
+      case Action::segment_free:
+      case Action::segment_unmap: segments_[it->addr] = Segment{it->size, it->stream, 0, 0, true}; break;
+      case Action::alloc: blocks_.erase(it->addr); break;
+      case Action::free_completed: blocks_[it->addr] = Block{it->size, it->stream, kNoSegment}; break;
+      default: break;
+    }
+  }
+  for (const auto& [addr, seg] : segments_) reserved_ += seg.size;
+  auto blocks = std::move(blocks_);
+  blocks_.clear();
+  for (const auto& [addr, b] : blocks) take_block(addr, b.size, b.stream);
+  start_reserved_ = peak_reserved_ = reserved_;
+  start_allocated_ = peak_allocated_ = allocated_;
+  start_segments_ = segments_;
+  start_blocks_ = blocks_;
+  if (reserved_ > capacity_) {
+    throw std::invalid_argument(fmt::format("device memory {} is smaller than the {} reserved at the trace's start",
+                                            format_bytes(capacity_), format_bytes(reserved_)));
+  }
+}
+
+SimulatedDevice::Segment* SimulatedDevice::segment_of(std::uint64_t addr) {
+  auto it = segments_.upper_bound(addr);
+  if (it == segments_.begin()) return nullptr;
+  --it;
+  return addr < it->first + it->second.size ? &it->second : nullptr;
+}
+
+void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream) {
+  Block b{size, stream, kNoSegment};
+  auto it = segments_.upper_bound(addr);
+  if (it != segments_.begin() && addr < std::prev(it)->first + std::prev(it)->second.size) {
+    --it;
+    b.segment = it->first;
+    it->second.live_bytes += size;
+    ++it->second.live_blocks;
+  } else {
+    ++anomalies_.alloc_outside_segments;
+  }
+  blocks_[addr] = b;
+  allocated_ += size;
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+}
+
+void SimulatedDevice::drop_block(std::uint64_t addr) {
+  auto it = blocks_.find(addr);
+  if (it == blocks_.end()) {
+    ++anomalies_.free_of_unknown_block;
+    return;
+  }
+  if (auto seg = segments_.find(it->second.segment); seg != segments_.end()) {
+    seg->second.live_bytes -= it->second.size;
+    --seg->second.live_blocks;
+  }
+  allocated_ -= it->second.size;
+  blocks_.erase(it);
+}
+
+void SimulatedDevice::release_unused(EventSink& sink) {
+  for (auto& [addr, seg] : segments_) {
+    if (!seg.reserved || seg.live_blocks != 0) continue;
+    seg.reserved = false;
+    reserved_ -= seg.size;
+    sink.event(Action::segment_free, addr, seg.size, seg.stream, kNoStack);
+  }
+}
+
+std::uint64_t SimulatedDevice::requested_for_segment(std::size_t index) const {
+  const TraceEntry& seg = trace_[index];
+  const std::size_t end = std::min(trace_.size(), index + 1 + kLookahead);
+  for (std::size_t j = index + 1; j < end; ++j) {
+    const TraceEntry& e = trace_[j];
+    if (e.action == Action::alloc && e.addr >= seg.addr && e.addr < seg.addr + seg.size) return e.size;
+  }
+  return seg.size;
+}
+
+OutOfMemory SimulatedDevice::out_of_memory(std::uint64_t requested, std::size_t index, EventSink& sink) {
+  OutOfMemory oom;
+  oom.trace_index = index;
+  oom.requested_bytes = requested;
+  oom.device_free_bytes = capacity_ - reserved_;
+  oom.reserved_bytes = reserved_;
+  oom.allocated_bytes = allocated_;
+  oom.message = fmt::format(
+      "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} is free. Of the "
+      "allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
+      format_bytes(requested), format_bytes(capacity_), format_bytes(oom.device_free_bytes), format_bytes(allocated_),
+      format_bytes(reserved_ - allocated_));
+  sink.event(Action::oom, oom.device_free_bytes, requested, 0, kNoStack);
+  publish(sink);
+  return oom;
+}
+
+std::optional<OutOfMemory> SimulatedDevice::reserve(std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+                                                    std::uint64_t requested, std::size_t index, EventSink& sink) {
+  if (reserved_ + size > capacity_) {
+    release_unused(sink);
+    if (reserved_ + size > capacity_) return out_of_memory(requested, index, sink);
+  }
+  auto [it, inserted] = segments_.try_emplace(addr, Segment{size, stream, 0, 0, false});
+  it->second.reserved = true;
+  reserved_ += it->second.size;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  sink.event(Action::segment_alloc, addr, it->second.size, it->second.stream, kNoStack);
+  return std::nullopt;
+}
+
+std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
+  for (std::size_t i = 0; i < trace_.size(); ++i) {
+    const TraceEntry& e = trace_[i];
+    switch (e.action) {
+      case Action::alloc: {
+        Segment* seg = segment_of(e.addr);
+        if (seg && !seg->reserved) {
+          // The real run kept this segment cached; the model released it under pressure: reserve it again.
+          const auto base = std::prev(segments_.upper_bound(e.addr))->first;
+          if (auto oom = reserve(base, seg->size, seg->stream, e.size, i, sink)) return oom;
+        }
+        take_block(e.addr, e.size, e.stream);
+        sink.event(Action::alloc, e.addr, e.size, e.stream, e.stack_id);
+        break;
+      }
+      case Action::free_completed:
+        drop_block(e.addr);
+        sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
+        break;
+      case Action::segment_alloc:
+      case Action::segment_map: {
+        auto it = segments_.find(e.addr);
+        if (it != segments_.end() && it->second.reserved) break;  // already reserved in the model
+        if (auto oom = reserve(e.addr, e.size, e.stream, requested_for_segment(i), i, sink)) return oom;
+        break;
+      }
+      case Action::segment_free:
+      case Action::segment_unmap: {
+        auto it = segments_.find(e.addr);
+        if (it == segments_.end()) {
+          ++anomalies_.free_of_unknown_segment;
+          break;
+        }
+        if (it->second.reserved) {
+          reserved_ -= it->second.size;
+          sink.event(e.action, e.addr, it->second.size, e.stream, e.stack_id);
+        }
+        segments_.erase(it);
+        break;
+      }
+      case Action::oom:
+        sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
+        return out_of_memory(e.size, i, sink);
+      default:  // free_requested, snapshot: recorded as they are
+        sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
+        break;
+    }
+    publish(sink);
+  }
+  return std::nullopt;
+}
+
+std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
+  std::vector<std::uint64_t> extra;
+  for (const auto& [addr, b] : blocks_) {
+    auto s = start_blocks_.find(addr);
+    if (s == start_blocks_.end() || s->second.size != b.size) extra.push_back(addr);
+  }
+  std::sort(extra.begin(), extra.end());
+  for (auto addr : extra) {
+    const Block b = blocks_.at(addr);
+    sink.event(Action::free_requested, addr, b.size, b.stream, kNoStack);
+    drop_block(addr);
+    sink.event(Action::free_completed, addr, b.size, b.stream, kNoStack);
+  }
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    if (start_segments_.count(it->first) || it->second.live_blocks != 0) {
+      ++it;
+      continue;
+    }
+    if (it->second.reserved) {
+      reserved_ -= it->second.size;
+      sink.event(Action::segment_free, it->first, it->second.size, it->second.stream, kNoStack);
+    }
+    it = segments_.erase(it);
+  }
+  for (const auto& [addr, seg] : start_segments_) {
+    auto it = segments_.find(addr);
+    if (it != segments_.end() && it->second.reserved) continue;
+    if (auto oom = reserve(addr, seg.size, seg.stream, seg.size, trace_.size(), sink)) return oom;
+  }
+  std::vector<std::uint64_t> missing;
+  for (const auto& [addr, b] : start_blocks_) {
+    if (!blocks_.count(addr)) missing.push_back(addr);
+  }
+  std::sort(missing.begin(), missing.end());
+  for (auto addr : missing) {
+    const Block& b = start_blocks_.at(addr);
+    take_block(addr, b.size, b.stream);
+    sink.event(Action::alloc, addr, b.size, b.stream, kNoStack);
+  }
+  publish(sink);
+  return std::nullopt;
+}
+
+MemoryStats SimulatedDevice::stats() const {
+  return MemoryStats{allocated_, reserved_, peak_allocated_, peak_reserved_, capacity_, capacity_ - reserved_};
+}
+
+void SimulatedDevice::publish(EventSink& sink) { sink.memory(stats()); }
+
+}  // namespace oomflight::sim
