@@ -1,0 +1,236 @@
+// Integration tests: real mpirun jobs with 1, 2 and 4 ranks, real snapshots, real parallel HDF5 archives.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "oomflight/archive_reader.hpp"
+#include "oomflight/report.hpp"
+#include "oomflight/units.hpp"
+#include "test_support.hpp"
+
+namespace oomflight {
+namespace {
+
+using test::files_with_suffix;
+using test::run_command;
+using test::TempDir;
+
+constexpr const char* kFullStep = "transformer-lm-fullstep-ctx128.pickle";
+
+std::string replay(const std::string& snapshot, const std::string& extra) {
+  return fmt::format("{} replay {} --device-memory 64GiB {}", OOMFLIGHT_CLI, test::snapshot_path(snapshot), extra);
+}
+
+// The origin's events are exactly its step marker and what the simulator emits up to the oom.
+void expect_exact_origin_history(const Archive& a, int rank, std::uint64_t capacity) {
+  const RankRow* row = a.rank_row(rank);
+  ASSERT_NE(row, nullptr);
+  const auto expected = test::expected_replay(kFullStep, capacity);
+  const auto events = a.events_of(*row);
+  ASSERT_EQ(events.size(), expected.size() + 1) << "rank " << rank;
+  EXPECT_EQ(events[0].action, Action::step);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(events[i + 1].action, expected[i].action) << "event " << i;
+    ASSERT_EQ(events[i + 1].size, expected[i].size) << "event " << i;
+    ASSERT_EQ(events[i + 1].addr, expected[i].addr) << "event " << i;
+  }
+  EXPECT_EQ(events.back().action, Action::oom);
+  EXPECT_EQ(row->oom_requested_bytes, expected.back().size);
+  EXPECT_EQ(row->is_origin, 1);
+  EXPECT_EQ(row->device_capacity_bytes, capacity);
+}
+
+// A rank that had not failed froze whatever prefix of its step it had reached.
+void expect_prefix_history(const Archive& a, int rank) {
+  const RankRow* row = a.rank_row(rank);
+  ASSERT_NE(row, nullptr);
+  const auto expected = test::expected_replay(kFullStep, parse_bytes("64GiB"));
+  const auto events = a.events_of(*row);
+  ASSERT_LE(events.size(), expected.size() + 1);
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    ASSERT_EQ(events[i].action, expected[i - 1].action) << "rank " << rank << " event " << i;
+    ASSERT_EQ(events[i].size, expected[i - 1].size) << "rank " << rank << " event " << i;
+  }
+  EXPECT_EQ(row->is_origin, 0);
+  EXPECT_EQ(row->overwritten, 0u);
+}
+
+TEST(MpiReplay, OneRankWritesAnArchiveOfOneRank) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=one {}", test::mpirun(1),
+                                         replay(kFullStep, "--rank-device-memory 0=40GiB")),
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  EXPECT_EQ(files[0], dir.path() / "one/oomflight/oom.0.h5");
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.world_size, 1);
+  EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{0});
+  EXPECT_EQ(a.header.ranks_present, std::vector<std::int32_t>{0});
+  expect_exact_origin_history(a, 0, parse_bytes("40GiB"));
+}
+
+TEST(MpiReplay, TwoRanksOneOriginOneArchive) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=two {}", test::mpirun(2),
+                                         replay(kFullStep, "--rank-device-memory 1=40GiB")),
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.world_size, 2);
+  EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{1});
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  expect_exact_origin_history(a, 1, parse_bytes("40GiB"));
+  expect_prefix_history(a, 0);
+}
+
+TEST(MpiReplay, FourRanksTheDemo) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=demo {}", test::mpirun(4),
+                                         replay(kFullStep, "--rank-device-memory 2=40GiB --steps 2")),
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 2 out of memory at batch 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("written by 4 of 4 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("torch.OutOfMemoryError: CUDA out of memory"), std::string::npos) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.kind, "oom");
+  EXPECT_EQ(a.header.world_size, 4);
+  EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{2});
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_NE(a.header.reason.find("rank 2: CUDA out of memory. Tried to allocate"), std::string::npos);
+  expect_exact_origin_history(a, 2, parse_bytes("40GiB"));
+  for (int rank : {0, 1, 3}) expect_prefix_history(a, rank);
+
+  const auto report = run_command(fmt::format("{} report {}", OOMFLIGHT_CLI, files[0].string()), dir.path());
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(report.output.find("origin: rank 2"), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("rank 2 at batch 0: requested 100.00 MiB"), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("largest live allocations on rank 2"), std::string::npos) << report.output;
+  const auto dump = run_command(fmt::format("h5dump -H {}", files[0].string()), dir.path());
+  EXPECT_EQ(dump.exit_code, 0) << dump.output;
+  EXPECT_NE(dump.output.find("\"free_requested\""), std::string::npos) << "action enum names in the file";
+}
+
+TEST(MpiReplay, NoOutOfMemoryNoArchive) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=fits {}", test::mpirun(2),
+                                         replay(kFullStep, "--steps 2")),
+                             dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: replayed 2 step(s)"), std::string::npos) << r.output;
+  EXPECT_TRUE(files_with_suffix(dir.path(), ".h5").empty());
+}
+
+TEST(MpiReplay, WithoutMpirunASingleProcessWritesAnArchive) {
+  TempDir dir;
+  const auto r = run_command(
+      fmt::format("env OOMFLIGHT_RUN_NAME=solo {} replay {} --device-memory 64MiB", OOMFLIGHT_CLI,
+                  test::snapshot_path("cnn-train-eor.pickle")),
+      dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.world_size, 1);
+  EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{0});
+  EXPECT_EQ(a.events.back().action, Action::oom);
+}
+
+TEST(MpiReplay, UnwritableFolderFallsBackToTmpdirAndLosesNothing) {
+  TempDir dir;
+  std::ofstream(dir.path() / "not-a-folder") << "x";
+  const auto r = run_command(
+      fmt::format("env OOMFLIGHT_RUN_NAME=nowhere OOMFLIGHT_FOLDER={}/not-a-folder/sub TMPDIR={} {} replay {} "
+                  "--device-memory 64MiB",
+                  dir.path().string(), dir.path().string(), OOMFLIGHT_CLI, test::snapshot_path("cnn-train-eor.pickle")),
+      dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("not-a-folder"), std::string::npos) << r.output;  // the log names the bad folder
+  const auto files = files_with_suffix(dir.path() / "oomflight-nowhere", ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  EXPECT_EQ(read_archive(files[0].string()).events.back().action, Action::oom);
+}
+
+TEST(MpiReplay, BadConfigurationStopsTheJobNamingTheVariable) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_MAX_ENTRIES=lots {}", test::mpirun(2), replay(kFullStep, "")),
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("OOMFLIGHT_MAX_ENTRIES='lots'"), std::string::npos) << r.output;
+}
+
+TEST(MpiDriver, SimultaneousOriginsGiveOneArchiveNamingBoth) {
+  TempDir dir;
+  const auto r = run_command(
+      fmt::format("{} -x OOMFLIGHT_RUN_NAME=twin {} 500 2,3", test::mpirun(4), OOMFLIGHT_DRIVER), dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{2, 3}));
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_NE(a.header.reason.find("rank 2: driver: out of memory on rank 2"), std::string::npos) << a.header.reason;
+  EXPECT_NE(a.header.reason.find("rank 3:"), std::string::npos) << a.header.reason;
+  for (int rank = 0; rank < 4; ++rank) {
+    const RankRow* row = a.rank_row(rank);
+    ASSERT_NE(row, nullptr);
+    const bool origin = rank >= 2;
+    // step marker + allocs (+ the oom event on origins)
+    EXPECT_EQ(row->event_count, 1u + 500u + 10u * rank + (origin ? 1u : 0u)) << "rank " << rank;
+    EXPECT_EQ(row->is_origin, origin ? 1 : 0);
+    EXPECT_EQ(row->oom_requested_bytes, origin ? 4096u * (rank + 1) : 0u);
+    for (const Event& e : a.events_of(*row)) {
+      if (e.action == Action::alloc) {
+        ASSERT_EQ(e.size, 1000u + rank);
+      }
+    }
+    const auto frames = a.stack(a.events_of(*row)[1].stack_id);
+    ASSERT_EQ(frames.size(), 1u);
+    EXPECT_EQ(frames[0]->line, rank + 1);  // stack ids were rebased to this rank's own stacks
+  }
+  const PostMortem pm = analyze(a);
+  EXPECT_EQ(pm.origins, (std::vector<int>{2, 3}));
+}
+
+TEST(MpiDriver, AWedgedRankMakesEveryLiveRankWriteARankLocalFile) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=wedge -x OOMFLIGHT_DUMP_TIMEOUT=2s {} 300 2 3",
+                                         test::mpirun(4), OOMFLIGHT_DRIVER),
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not every rank joined the dump within 2.000 s"), std::string::npos) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 3u) << r.output;  // ranks 0, 1, 2; the stopped rank 3 wrote nothing
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto path = dir.path() / fmt::format("wedge/oomflight/oom.0.rank{}.h5", rank);
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << "\n" << r.output;
+    const Archive a = read_archive(path.string());
+    EXPECT_EQ(a.header.world_size, 4);
+    EXPECT_EQ(a.header.ranks_present, std::vector<std::int32_t>{rank});
+    EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{2});
+    ASSERT_EQ(a.ranks.size(), 1u);
+    EXPECT_EQ(a.ranks[0].event_count, 1u + 300u + 10u * rank + (rank == 2 ? 1u : 0u));
+  }
+}
+
+TEST(Report, ClearErrorsForMissingAndForeignFiles) {
+  TempDir dir;
+  const auto missing = run_command(fmt::format("{} report nothing.h5", OOMFLIGHT_CLI), dir.path());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("nothing.h5: no such file"), std::string::npos) << missing.output;
+  std::ofstream(dir.path() / "notes.txt") << "hello";
+  const auto foreign = run_command(fmt::format("{} report notes.txt", OOMFLIGHT_CLI), dir.path());
+  EXPECT_EQ(foreign.exit_code, 1);
+  EXPECT_NE(foreign.output.find("not an HDF5 file"), std::string::npos) << foreign.output;
+}
+
+}  // namespace
+}  // namespace oomflight

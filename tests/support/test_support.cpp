@@ -1,0 +1,81 @@
+// Test helpers (see test_support.hpp).
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fmt/format.h>
+#include <random>
+
+#include "oomflight/stack_table.hpp"
+#include "oomflight/torch_snapshot.hpp"
+
+namespace oomflight::test {
+
+std::string snapshot_path(const std::string& name) {
+  const char* env = std::getenv("OOMFLIGHT_TEST_SNAPSHOTS");
+  const std::filesystem::path dir = env ? env : OOMFLIGHT_SNAPSHOTS;
+  const auto path = dir / name;
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << "missing fixture " << path << " (the shared snapshots must sit beside the checkout)";
+    throw std::runtime_error("missing fixture");
+  }
+  return path.string();
+}
+
+TempDir::TempDir() {
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() / fmt::format("oomflight-test-{}-{:08x}", getpid(), rd());
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+CommandResult run_command(const std::string& command, const std::filesystem::path& cwd) {
+  const std::string full = fmt::format("cd '{}' && timeout 300 {} 2>&1", cwd.string(), command);
+  CommandResult r;
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::vector<std::filesystem::path> files_with_suffix(const std::filesystem::path& dir, const std::string& suffix) {
+  std::vector<std::filesystem::path> out;
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (e.is_regular_file() && name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<SimEvent> expected_replay(const std::string& snapshot, std::uint64_t capacity) {
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(snapshot_path(snapshot), stacks);
+  sim::SimulatedDevice device(snap, capacity);
+  CollectingSink sink;
+  device.replay(sink);
+  return sink.events;
+}
+
+std::string mpirun(int ranks) {
+  return fmt::format(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+      "mpirun --oversubscribe -np {}",
+      ranks);
+}
+
+}  // namespace oomflight::test

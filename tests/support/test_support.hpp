@@ -1,0 +1,63 @@
+// Helpers shared by the tests: fixture paths, temporary folders, running commands, expected replays.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "oomflight/event.hpp"
+#include "oomflight/sim/simulated_device.hpp"
+
+namespace oomflight::test {
+
+/// Path of a shared snapshot by file name; fails the test (ADD_FAILURE + throw) when it is missing.
+std::string snapshot_path(const std::string& name);
+
+/// A fresh empty folder under the build's temp area, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Output and exit status of a shell command.
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  ///< stdout and stderr together
+};
+
+/// Runs `command` with /bin/sh in `cwd`, with a 300 s timeout.
+CommandResult run_command(const std::string& command, const std::filesystem::path& cwd);
+
+/// Files under `dir` (recursively) whose name ends with `suffix`, sorted.
+std::vector<std::filesystem::path> files_with_suffix(const std::filesystem::path& dir, const std::string& suffix);
+
+/// One event as the simulator emits it.
+struct SimEvent {
+  Action action;
+  std::uint64_t addr, size;
+};
+
+/// Collects the simulator's events.
+class CollectingSink final : public sim::EventSink {
+ public:
+  void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t, std::int32_t) override {
+    events.push_back({action, addr, size});
+  }
+  void memory(const MemoryStats& s) override { last = s; }
+  std::vector<SimEvent> events;
+  MemoryStats last;
+};
+
+/// The events one loop of `snapshot` at `capacity` bytes emits (what a rank of `oomflight replay --steps 1`
+/// records after its step marker).
+std::vector<SimEvent> expected_replay(const std::string& snapshot, std::uint64_t capacity);
+
+/// "OMPI_ALLOW_RUN_AS_ROOT=1 ... mpirun --oversubscribe -np N" with the environment the tests need.
+std::string mpirun(int ranks);
+
+}  // namespace oomflight::test
