@@ -123,8 +123,9 @@ class Writer {
     } else {
       H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &start, nullptr, &n, nullptr);
     }
-    // Every rank calls H5Dwrite, even with nothing to write: the transfer is collective.
-    if (d.valid()) {
+    // Every rank calls H5Dwrite, even with nothing to write: the transfer is collective. An empty dataset
+    // (total 0, the same on every rank) has nothing to transfer, and MPI-IO refuses a write to it.
+    if (d.valid() && total > 0) {
       check(H5Dwrite(d, type, mem_space, file_space, dxpl_, count == 0 ? nullptr : data) >= 0, name);
     }
   }

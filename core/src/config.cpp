@@ -88,7 +88,7 @@ std::vector<OptionSpec> make_table() {
        "How long the watcher thread sleeps between polls for a trigger (MPI_Test).",
        [](Config& c, std::string_view v) { c.poll_interval = parse_positive_duration(v); }},
       {"OOMFLIGHT_OVERWRITE", "bool", "0",
-       "Replace an existing file. 0: keep it and write the new one with a numeric suffix (.1, .2, ...).",
+       "Replace an existing file. 0: keep it and write the new one as NAME-1.h5, NAME-2.h5, ...",
        [](Config& c, std::string_view v) { c.overwrite = parse_bool(v); }},
       {"OOMFLIGHT_LOG_LEVEL", "string", "info", "trace, debug, info, warn, error or off.",
        [](Config& c, std::string_view v) {

@@ -243,7 +243,9 @@ DumpResult ControlPlane::agree_and_write(FrozenHistory& h, bool is_origin, const
     return write_alone(h, is_origin, info, start_ns,
                        fmt::format("the archive's path did not reach every rank within {}", timeout_text));
   }
-  if (path[0] == '\0') return write_alone(h, is_origin, info, start_ns, "the archive's folder could not be created");
+  if (path[0] == '\0') {
+    return write_alone(h, is_origin, info, start_ns, "the archive's folder could not be created", origins);
+  }
 
   std::vector<std::int32_t> present(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
@@ -252,7 +254,7 @@ DumpResult ControlPlane::agree_and_write(FrozenHistory& h, bool is_origin, const
   try {
     write_archive(path, header, RankDump{row, &h.ring.events, &h.stacks}, comm_);
   } catch (const std::exception& e) {
-    return write_alone(h, is_origin, info, start_ns, e.what());  // every rank throws together
+    return write_alone(h, is_origin, info, start_ns, e.what(), origins);  // every rank throws together
   }
   DumpResult r;
   r.status = DumpResult::Status::archive;
@@ -283,10 +285,13 @@ std::string ControlPlane::choose_archive_path(std::int64_t batch) {
 }
 
 DumpResult ControlPlane::write_alone(FrozenHistory& h, bool is_origin, const TriggerInfo& info,
-                                     std::int64_t start_ns, const std::string& why) {
-  std::vector<std::int32_t> origins(heard_origins_.begin(), heard_origins_.end());
+                                     std::int64_t start_ns, const std::string& why,
+                                     std::vector<std::int32_t> origins) {
+  // Without an agreement, the origins this rank knows of are the senders of the triggers it received.
+  origins.insert(origins.end(), heard_origins_.begin(), heard_origins_.end());
   if (is_origin && std::find(origins.begin(), origins.end(), id_.rank) == origins.end()) origins.push_back(id_.rank);
   std::sort(origins.begin(), origins.end());
+  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
   const std::int64_t batch = heard_batch_ >= 0 && !is_origin ? heard_batch_ : h.batch;
   const std::string reason = is_origin ? fmt::format("rank {}: {}", id_.rank, info.reason) : "";
   const ArchiveHeader header = make_header(id_, reason, origins, {id_.rank});
@@ -307,17 +312,17 @@ DumpResult ControlPlane::write_alone(FrozenHistory& h, bool is_origin, const Tri
     r.error = fmt::format("{}; and the rank-local file failed: {}", why, e.what());
     log().error("rank {}: {}", id_.rank, r.error);
   }
-  exchange_done(is_origin, monotonic_ns() + to_ns(config_.dump_timeout));
+  exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
   r.seconds = seconds_since(start_ns);
   return r;
 }
 
-void ControlPlane::exchange_done(bool is_origin, std::int64_t deadline_ns) {
+void ControlPlane::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns) {
   int size = 0;
   MPI_Comm_size(comm_, &size);
   auto& msg = outgoing_messages().emplace_back();
   msg[0] = epoch_;
-  for (int origin : heard_origins_) {
+  for (int origin : origins) {
     if (origin == id_.rank) continue;
     MPI_Request request;
     MPI_Isend(msg.data(), 1, MPI_INT64_T, origin, kTagDone, comm_, &request);

@@ -42,8 +42,8 @@ class ControlPlane {
   DumpResult agree_and_write(FrozenHistory& h, bool is_origin, const TriggerInfo& info, std::int64_t deadline_ns,
                              std::int64_t start_ns);
   DumpResult write_alone(FrozenHistory& h, bool is_origin, const TriggerInfo& info, std::int64_t start_ns,
-                         const std::string& why);
-  void exchange_done(bool is_origin, std::int64_t deadline_ns);
+                         const std::string& why, std::vector<std::int32_t> origins = {});
+  void exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
   std::string choose_archive_path(std::int64_t batch);
   void finish(DumpResult result);
 

@@ -221,6 +221,23 @@ TEST(MpiDriver, AWedgedRankMakesEveryLiveRankWriteARankLocalFile) {
   }
 }
 
+TEST(MpiExample, CApiOnTwoRanksWithoutStacks) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=capi {}", test::mpirun(2), OOMFLIGHT_EXAMPLE),
+                             dir.path());
+  EXPECT_NE(r.output.find("written by 2 of 2 ranks"), std::string::npos) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1}));  // both ranks called trigger_dump
+  EXPECT_TRUE(a.stacks.empty());
+  for (const auto& row : a.ranks) {
+    EXPECT_EQ(row.event_count, 2u * (1u + 1u + 16u) + 1u);  // 2 x (step, segment, 16 allocs) + oom
+    EXPECT_EQ(row.batch, 1);
+    EXPECT_EQ(row.oom_requested_bytes, 2ull << 30);
+  }
+}
+
 TEST(Report, ClearErrorsForMissingAndForeignFiles) {
   TempDir dir;
   const auto missing = run_command(fmt::format("{} report nothing.h5", OOMFLIGHT_CLI), dir.path());

@@ -1,0 +1,49 @@
+// Nanoseconds to record one event: the ring alone, and the recorder (clock read + ring), with 1 and 2 threads.
+#include <benchmark/benchmark.h>
+
+#include "oomflight/recorder.hpp"
+
+namespace {
+
+oomflight::Recorder& shared_recorder() {
+  static oomflight::Recorder recorder(100000);
+  return recorder;
+}
+
+oomflight::Ring& shared_ring() {
+  static oomflight::Ring ring(100000);
+  return ring;
+}
+
+void BM_RingPush(benchmark::State& state) {
+  oomflight::Event e;
+  e.action = oomflight::Action::alloc;
+  e.size = 512;
+  for (auto _ : state) {
+    e.addr += 512;
+    benchmark::DoNotOptimize(shared_ring().push(e));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RingPush)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_RecorderRecord(benchmark::State& state) {
+  std::uint64_t addr = 0;
+  for (auto _ : state) {
+    addr += 512;
+    benchmark::DoNotOptimize(shared_recorder().record(oomflight::Action::alloc, 0, addr, 512, 7));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RecorderRecord)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_Freeze100k(benchmark::State& state) {
+  oomflight::Recorder recorder(100000);
+  for (int i = 0; i < 100000; ++i) recorder.record(oomflight::Action::alloc, 0, 512u * i, 512, 0);
+  for (auto _ : state) benchmark::DoNotOptimize(recorder.freeze());
+}
+BENCHMARK(BM_Freeze100k)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
