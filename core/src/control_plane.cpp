@@ -9,6 +9,8 @@
 #include "control_plane.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fmt/format.h>

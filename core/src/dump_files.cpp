@@ -97,13 +97,12 @@ std::string write_rank_local(const Config& config, const RankIdentity& id, const
   }
 }
 
-std::string utc_now_iso8601() {
+std::string utc_now(const char* format) {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  char buf[64];
+  return std::string(buf, std::strftime(buf, sizeof(buf), format, &tm));
 }
 
 std::string producer_string() { return std::string("oomflight ") + OOMFLIGHT_VERSION; }

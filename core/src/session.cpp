@@ -33,13 +33,8 @@ std::string shared_run_name(const std::string& configured, int rank, MPI_Comm co
 }  // namespace
 
 std::string generate_run_name() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
   std::random_device rd;
-  return fmt::format("oomflight-{}-{:04x}", stamp, rd() & 0xffff);
+  return fmt::format("oomflight-{}-{:04x}", utc_now("%Y%m%d-%H%M%S"), rd() & 0xffff);
 }
 
 Session::Session(Config config, MPI_Comm world) : config_(std::move(config)), recorder_(config_.max_entries) {

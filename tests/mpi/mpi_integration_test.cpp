@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <optional>
 
 #include "oomflight/archive_reader.hpp"
 #include "oomflight/report.hpp"
@@ -21,6 +22,19 @@ constexpr const char* kFullStep = "transformer-lm-fullstep-ctx128.pickle";
 
 std::string replay(const std::string& snapshot, const std::string& extra) {
   return fmt::format("{} replay {} --device-memory 64GiB {}", OOMFLIGHT_CLI, test::snapshot_path(snapshot), extra);
+}
+
+// Runs an mpirun job that must fail (an origin's error ends it) and leave exactly one archive; returns it.
+std::optional<Archive> failed_job_archive(const std::string& command, const TempDir& dir, std::string* output = nullptr) {
+  const auto r = run_command(command, dir.path());
+  if (output) *output = r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  if (files.size() != 1) {
+    ADD_FAILURE() << "expected one archive, found " << files.size() << "\n" << r.output;
+    return std::nullopt;
+  }
+  return read_archive(files[0].string());
 }
 
 // The origin's events are exactly its step marker and what the simulator emits up to the oom.
@@ -59,14 +73,12 @@ void expect_prefix_history(const Archive& a, int rank) {
 
 TEST(MpiReplay, OneRankWritesAnArchiveOfOneRank) {
   TempDir dir;
-  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=one {}", test::mpirun(1),
-                                         replay(kFullStep, "--rank-device-memory 0=40GiB")),
-                             dir.path());
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  const auto files = files_with_suffix(dir.path(), ".h5");
-  ASSERT_EQ(files.size(), 1u) << r.output;
-  EXPECT_EQ(files[0], dir.path() / "one/oomflight/oom.0.h5");
-  const Archive a = read_archive(files[0].string());
+  const auto archive = failed_job_archive(fmt::format("{} -x OOMFLIGHT_RUN_NAME=one {}", test::mpirun(1),
+                                                      replay(kFullStep, "--rank-device-memory 0=40GiB")),
+                                          dir);
+  ASSERT_TRUE(archive);
+  const Archive& a = *archive;
+  EXPECT_EQ(a.path, (dir.path() / "one/oomflight/oom.0.h5").string());
   EXPECT_EQ(a.header.world_size, 1);
   EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{0});
   EXPECT_EQ(a.header.ranks_present, std::vector<std::int32_t>{0});
@@ -75,13 +87,11 @@ TEST(MpiReplay, OneRankWritesAnArchiveOfOneRank) {
 
 TEST(MpiReplay, TwoRanksOneOriginOneArchive) {
   TempDir dir;
-  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=two {}", test::mpirun(2),
-                                         replay(kFullStep, "--rank-device-memory 1=40GiB")),
-                             dir.path());
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  const auto files = files_with_suffix(dir.path(), ".h5");
-  ASSERT_EQ(files.size(), 1u) << r.output;
-  const Archive a = read_archive(files[0].string());
+  const auto archive = failed_job_archive(fmt::format("{} -x OOMFLIGHT_RUN_NAME=two {}", test::mpirun(2),
+                                                      replay(kFullStep, "--rank-device-memory 1=40GiB")),
+                                          dir);
+  ASSERT_TRUE(archive);
+  const Archive& a = *archive;
   EXPECT_EQ(a.header.world_size, 2);
   EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{1});
   EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
@@ -91,16 +101,15 @@ TEST(MpiReplay, TwoRanksOneOriginOneArchive) {
 
 TEST(MpiReplay, FourRanksTheDemo) {
   TempDir dir;
-  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=demo {}", test::mpirun(4),
-                                         replay(kFullStep, "--rank-device-memory 2=40GiB --steps 2")),
-                             dir.path());
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("rank 2 out of memory at batch 0"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("written by 4 of 4 ranks"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("torch.OutOfMemoryError: CUDA out of memory"), std::string::npos) << r.output;
-  const auto files = files_with_suffix(dir.path(), ".h5");
-  ASSERT_EQ(files.size(), 1u) << r.output;
-  const Archive a = read_archive(files[0].string());
+  std::string output;
+  const auto archive = failed_job_archive(fmt::format("{} -x OOMFLIGHT_RUN_NAME=demo {}", test::mpirun(4),
+                                                      replay(kFullStep, "--rank-device-memory 2=40GiB --steps 2")),
+                                          dir, &output);
+  EXPECT_NE(output.find("rank 2 out of memory at batch 0"), std::string::npos) << output;
+  EXPECT_NE(output.find("written by 4 of 4 ranks"), std::string::npos) << output;
+  EXPECT_NE(output.find("torch.OutOfMemoryError: CUDA out of memory"), std::string::npos) << output;
+  ASSERT_TRUE(archive);
+  const Archive& a = *archive;
   EXPECT_EQ(a.header.kind, "oom");
   EXPECT_EQ(a.header.world_size, 4);
   EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{2});
@@ -109,12 +118,12 @@ TEST(MpiReplay, FourRanksTheDemo) {
   expect_exact_origin_history(a, 2, parse_bytes("40GiB"));
   for (int rank : {0, 1, 3}) expect_prefix_history(a, rank);
 
-  const auto report = run_command(fmt::format("{} report {}", OOMFLIGHT_CLI, files[0].string()), dir.path());
+  const auto report = run_command(fmt::format("{} report {}", OOMFLIGHT_CLI, a.path), dir.path());
   EXPECT_EQ(report.exit_code, 0) << report.output;
   EXPECT_NE(report.output.find("origin: rank 2"), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("rank 2 at batch 0: requested 100.00 MiB"), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("largest live allocations on rank 2"), std::string::npos) << report.output;
-  const auto dump = run_command(fmt::format("h5dump -H {}", files[0].string()), dir.path());
+  const auto dump = run_command(fmt::format("h5dump -H {}", a.path), dir.path());
   EXPECT_EQ(dump.exit_code, 0) << dump.output;
   EXPECT_NE(dump.output.find("\"free_requested\""), std::string::npos) << "action enum names in the file";
 }
@@ -169,12 +178,10 @@ TEST(MpiReplay, BadConfigurationStopsTheJobNamingTheVariable) {
 
 TEST(MpiDriver, SimultaneousOriginsGiveOneArchiveNamingBoth) {
   TempDir dir;
-  const auto r = run_command(
-      fmt::format("{} -x OOMFLIGHT_RUN_NAME=twin {} 500 2,3", test::mpirun(4), OOMFLIGHT_DRIVER), dir.path());
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  const auto files = files_with_suffix(dir.path(), ".h5");
-  ASSERT_EQ(files.size(), 1u) << r.output;
-  const Archive a = read_archive(files[0].string());
+  const auto archive =
+      failed_job_archive(fmt::format("{} -x OOMFLIGHT_RUN_NAME=twin {} 500 2,3", test::mpirun(4), OOMFLIGHT_DRIVER), dir);
+  ASSERT_TRUE(archive);
+  const Archive& a = *archive;
   EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{2, 3}));
   EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
   EXPECT_NE(a.header.reason.find("rank 2: driver: out of memory on rank 2"), std::string::npos) << a.header.reason;

@@ -44,8 +44,11 @@ OOMFLIGHT_API std::string prepare_dump_path(const Config& config, const Filename
 OOMFLIGHT_API std::string write_rank_local(const Config& config, const RankIdentity& id, const ArchiveHeader& header,
                                            const RankRow& row, const FrozenHistory& h, std::int64_t batch);
 
+/// Current UTC time formatted with strftime's `format` (at most 63 characters).
+OOMFLIGHT_API std::string utc_now(const char* format);
+
 /// Current UTC time as ISO 8601 ("2026-11-21T10:15:02Z").
-OOMFLIGHT_API std::string utc_now_iso8601();
+inline std::string utc_now_iso8601() { return utc_now("%Y-%m-%dT%H:%M:%SZ"); }
 
 /// "oomflight 0.1.0".
 OOMFLIGHT_API std::string producer_string();
