@@ -41,10 +41,6 @@ class RecorderSink final : public sim::EventSink {
   Recorder& recorder_;
 };
 
-bool under_mpi_launcher() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
-}
-
 // --device-memory, or this rank's --rank-device-memory R=SIZE.
 std::uint64_t capacity_for(const ReplayOptions& o, int rank) {
   std::uint64_t bytes = parse_bytes(o.device_memory);
@@ -81,7 +77,7 @@ std::optional<sim::OutOfMemory> run_steps(Session& session, sim::SimulatedDevice
 }
 
 int replay(const ReplayOptions& o) {
-  const bool mpi = under_mpi_launcher();
+  const bool mpi = launched_by_mpi();
   if (mpi) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);

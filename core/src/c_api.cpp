@@ -23,10 +23,6 @@ int fail(int code, std::string message) {
   return code;
 }
 
-bool under_mpi_launcher() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
-}
-
 }  // namespace
 
 extern "C" {
@@ -36,7 +32,7 @@ int oomflight_init(void) {
   try {
     auto config = oomflight::Config::from_environment();
     MPI_Comm world = MPI_COMM_NULL;
-    if (under_mpi_launcher()) {
+    if (oomflight::launched_by_mpi()) {
       int initialised = 0;
       MPI_Initialized(&initialised);
       if (!initialised) {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
 #include <random>
@@ -31,6 +32,10 @@ std::string shared_run_name(const std::string& configured, int rank, MPI_Comm co
 }
 
 }  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
+}
 
 std::string generate_run_name() {
   std::random_device rd;

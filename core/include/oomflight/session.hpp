@@ -68,6 +68,10 @@ class OOMFLIGHT_API Session {
   std::unique_ptr<ControlPlane> control_;
 };
 
+/// True when an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE is set): then
+/// the recorder joins the job's control plane; otherwise it runs as a single process and makes no MPI call.
+OOMFLIGHT_API bool launched_by_mpi();
+
 /// Generates a run name: "oomflight-YYYYMMDD-HHMMSS-xxxx" (UTC, 4 random hex digits).
 OOMFLIGHT_API std::string generate_run_name();
 
