@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
-          libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev)
+          libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev python3-h5py)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
