@@ -1,10 +1,14 @@
-// Seconds to dump R ranks x N events collectively into one archive, and the watcher thread's idle CPU.
+// Seconds for a whole coordinated dump of R ranks x N events into one archive, and the watcher thread's idle CPU.
 //   mpirun -np 4 oomflight_dump_bench [EVENTS_PER_RANK=100000] [REPEATS=5] [IDLE_SECONDS=10]
-// Each rank records EVENTS events (50 distinct stacks of 30 frames, like a PyTorch trace), then the ranks
-// write the archive REPEATS times (freeze + agreement-free collective write, timed between barriers); rank 0
-// prints the median and the slowest. Then every rank holds an idle session for IDLE_SECONDS and rank 0 prints
-// the process CPU time it cost (getrusage: all threads).
+// Each rank records EVENTS events through the C API (50 distinct stacks of 30 frames, like a PyTorch trace).
+// Then, REPEATS times, rank 0 asks for a dump (kind signal) while the other ranks wait in a barrier, as training
+// ranks wait in a collective: the time from the request to the barrier after it is the whole dump (freeze,
+// triggers, agreement, collective write, close) as a job sees it; rank 0 prints the median and the slowest.
+// Then every rank holds its idle session for IDLE_SECONDS and rank 0 prints the CPU time it cost (getrusage: all
+// threads). Settings come from the environment (OOMFLIGHT_POLL_INTERVAL, ...); the bench sets only the folder
+// (a temporary one), the ring size, overwriting and the run name, unless they are set.
 #include <mpi.h>
+#include <oomflight/oomflight.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -16,10 +20,6 @@
 #include <thread>
 #include <vector>
 
-#include "oomflight/archive_writer.hpp"
-#include "oomflight/dump_files.hpp"
-#include "oomflight/session.hpp"
-
 namespace {
 
 double cpu_seconds() {
@@ -29,18 +29,21 @@ double cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-void fill(oomflight::Recorder& recorder, int events) {
+void fill(int events) {
   std::vector<std::string> names;
   for (int f = 0; f < 30; ++f) names.push_back("torch::module::function_number_" + std::to_string(f));
   std::vector<std::int32_t> stacks;
   for (int s = 0; s < 50; ++s) {
-    std::vector<oomflight::FrameRef> frames;
-    for (int f = 0; f < 30; ++f) frames.push_back({names[static_cast<std::size_t>(f)], "model.py", s * 100 + f});
-    stacks.push_back(recorder.intern_stack(frames));
+    std::vector<oomflight_frame> frames;
+    for (int f = 0; f < 30; ++f) frames.push_back({names[static_cast<std::size_t>(f)].c_str(), "model.py", s * 100 + f});
+    std::int32_t id = -1;
+    oomflight_intern_stack(frames.data(), frames.size(), &id);
+    stacks.push_back(id);
   }
+  oomflight_mark_batch(0);
   for (int i = 0; i < events; ++i) {
-    recorder.record(oomflight::Action::alloc, 0, 0x7f0000000000ull + 512ull * i, 512, 0,
-                    stacks[static_cast<std::size_t>(i % 50)]);
+    oomflight_record(OOMFLIGHT_ALLOC, 0, 0x7f0000000000ull + 512ull * static_cast<unsigned>(i), 512, 0,
+                     stacks[static_cast<std::size_t>(i % 50)]);
   }
 }
 
@@ -55,36 +58,43 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const auto folder = std::filesystem::temp_directory_path() / "oomflight-dump-bench";
+  setenv("OOMFLIGHT_FOLDER", folder.c_str(), 0);
+  setenv("OOMFLIGHT_MAX_ENTRIES", std::to_string(events).c_str(), 0);
+  setenv("OOMFLIGHT_OVERWRITE", "1", 0);
+  setenv("OOMFLIGHT_RUN_NAME", "dump-bench", 0);
+  if (oomflight_init() != OOMFLIGHT_OK) {
+    std::fprintf(stderr, "oomflight_init: %s\n", oomflight_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  fill(events);
 
-  oomflight::Recorder recorder(static_cast<std::size_t>(events));
-  fill(recorder, events);
-  const std::string path = (std::filesystem::temp_directory_path() / "oomflight-dump-bench.h5").string();
   std::vector<double> seconds;
+  std::string path;
   for (int r = 0; r < repeats; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double start = MPI_Wtime();
-    const auto h = recorder.freeze();
-    oomflight::RankIdentity id;
-    id.rank = rank;
-    id.world_size = size;
-    id.run_name = "bench";
-    const auto row = oomflight::make_rank_row(id, h, rank == 0, {"bench", 0, 0});
-    std::vector<std::int32_t> present(static_cast<std::size_t>(size));
-    for (int i = 0; i < size; ++i) present[static_cast<std::size_t>(i)] = i;
-    const auto header = oomflight::make_header(id, "bench", {0}, present);
-    oomflight::write_archive(path, header, {row, &h.ring.events, &h.stacks}, MPI_COMM_WORLD);
+    if (rank == 0) {
+      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+      request.kind = OOMFLIGHT_DUMP_SIGNAL;
+      request.reason = "dump bench";
+      if (oomflight_request_dump(&request, nullptr) != OOMFLIGHT_OK) {
+        std::fprintf(stderr, "dump failed: %s\n", oomflight_last_error());
+      }
+      path = oomflight_last_dump_path();
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     seconds.push_back(MPI_Wtime() - start);
   }
   std::sort(seconds.begin(), seconds.end());
-  if (rank == 0) {
-    std::printf("dump of %d ranks x %d events: median %.3f s, slowest %.3f s (%d repeats), file %.1f MiB\n", size,
-                events, seconds[seconds.size() / 2], seconds.back(), repeats,
-                static_cast<double>(std::filesystem::file_size(path)) / 1048576.0);
-    std::filesystem::remove(path);
+  if (rank == 0 && !seconds.empty()) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    std::printf("whole dump of %d ranks x %d events: median %.3f s, slowest %.3f s (%d repeats), archive %.1f MiB\n",
+                size, events, seconds[seconds.size() / 2], seconds.back(), repeats,
+                ec ? 0.0 : static_cast<double>(bytes) / 1048576.0);
   }
   if (idle > 0) {
-    oomflight::Session session(oomflight::Config::from_environment(), MPI_COMM_WORLD);
     const double cpu0 = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::seconds(idle));
     const double cpu = cpu_seconds() - cpu0;
@@ -94,8 +104,10 @@ int main(int argc, char** argv) {
       std::printf("idle watcher: %.4f CPU s per rank over %d s (%.3f%% of one core)\n", total / size, idle,
                   100.0 * total / size / idle);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+  oomflight_shutdown();
+  if (rank == 0) std::filesystem::remove_all(folder);
   MPI_Finalize();
   return 0;
 }

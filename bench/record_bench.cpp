@@ -1,7 +1,12 @@
-// Nanoseconds to record one event: the ring alone, and the recorder (clock read + ring), with 1 and 2 threads.
+// Nanoseconds to record one event, side by side with its floor (one CLOCK_MONOTONIC read): the ring alone, the
+// recorder (clock read + ring), and the C API a plugin calls (the recorder behind a function call into
+// liboomflight), with 1 and 2 threads.
 #include <benchmark/benchmark.h>
 
-#include "oomflight/recorder.hpp"
+#include <ctime>
+
+#include "oomflight/oomflight.h"
+#include "oomflight/record/recorder.hpp"
 
 namespace {
 
@@ -36,6 +41,32 @@ void BM_RecorderRecord(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_RecorderRecord)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_ClockGettime(benchmark::State& state) {
+  timespec ts{};
+  for (auto _ : state) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    benchmark::DoNotOptimize(ts);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ClockGettime)->Threads(1)->UseRealTime();
+
+void BM_CApiRecord(benchmark::State& state) {
+  // A single process (no mpirun): oomflight_init makes no MPI call. Only the first thread initialises.
+  static const int init = oomflight_init();
+  if (init != OOMFLIGHT_OK) {
+    state.SkipWithError(oomflight_last_error());
+    return;
+  }
+  std::uint64_t addr = 0;
+  for (auto _ : state) {
+    addr += 512;
+    benchmark::DoNotOptimize(oomflight_record(OOMFLIGHT_ALLOC, 0, addr, 512, 7, -1));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_CApiRecord)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_Freeze100k(benchmark::State& state) {
   oomflight::Recorder recorder(100000);

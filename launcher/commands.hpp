@@ -1,11 +1,18 @@
-// The `oomflight` subcommands. Each registers its options on the CLI11 app and returns its exit code.
+// The `oomflight` subcommands. Each registers its options on the CLI11 app and returns its action. Exit codes
+// (README "Exit codes"): 0 success, 1 a runtime failure (the replayed job ran out of memory, an archive cannot be
+// read), 2 a usage or configuration error, 126/127 `run` cannot execute / find its command.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string_view>
 
 namespace oomflight::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
 
 /// A subcommand's action, run after parsing; returns the process's exit code.
 using RunFn = std::function<int()>;
@@ -20,5 +27,8 @@ Command add_replay(CLI::App& app);
 Command add_report(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_config(CLI::App& app);
+
+/// Prints an error in oomflight's log format ("oomflight error: ...") through the C API.
+void print_error(std::string_view message);
 
 }  // namespace oomflight::cli

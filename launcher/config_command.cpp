@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "oomflight/config.hpp"
+#include "oomflight/control/config.hpp"
 
 namespace oomflight::cli {
 
@@ -13,7 +13,7 @@ Command add_config(CLI::App& app) {
   return {sub, [markdown] {
     if (*markdown) {
       fmt::print("{}", option_table_markdown());
-      return 0;
+      return kExitOk;
     }
     for (const auto& s : option_table()) {
       fmt::print("{:<26} {:<9} default {:<28} {}\n", s.env, s.type,
@@ -22,10 +22,10 @@ Command add_config(CLI::App& app) {
     try {
       Config::from_environment();
       fmt::print("\nthis environment's OOMFLIGHT_* values are valid\n");
-      return 0;
+      return kExitOk;
     } catch (const ConfigError& e) {
-      fmt::print(stderr, "\noomflight: error: {}\n", e.what());
-      return 2;
+      print_error(e.what());
+      return kExitUsage;
     }
   }};
 }

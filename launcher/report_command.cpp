@@ -2,8 +2,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "oomflight/archive_reader.hpp"
-#include "oomflight/report.hpp"
+#include "oomflight/analysis/post_mortem.hpp"
+#include "oomflight/export/text_report.hpp"
+#include "oomflight/format/archive_reader.hpp"
 
 namespace oomflight::cli {
 
@@ -19,10 +20,10 @@ Command add_report(CLI::App& app) {
     try {
       const Archive archive = read_archive(*path);
       fmt::print("{}", render_report(archive, analyze(archive, *top), *frames));
-      return 0;
+      return kExitOk;
     } catch (const std::exception& e) {
-      fmt::print(stderr, "oomflight: error: {}\n", e.what());
-      return 1;
+      print_error(e.what());
+      return kExitFailure;
     }
   }};
 }

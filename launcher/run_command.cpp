@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "oomflight/config.hpp"
+#include "oomflight/control/config.hpp"
 
 namespace oomflight::cli {
 
@@ -22,15 +22,17 @@ Command add_run(CLI::App& app) {
     try {
       Config::from_environment();  // a bad value stops here, before the job starts, naming the variable
     } catch (const ConfigError& e) {
-      fmt::print(stderr, "oomflight: error: {}\n", e.what());
-      return 2;
+      print_error(e.what());
+      return kExitUsage;
     }
     std::vector<char*> argv;
     for (auto& arg : *command) argv.push_back(arg.data());
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
-    fmt::print(stderr, "oomflight: error: cannot run '{}': {}\n", (*command)[0], std::strerror(errno));
-    return 127;
+    // The shell's convention: 127 when the command is not found, 126 when it cannot be executed.
+    const int error = errno;
+    print_error(fmt::format("cannot run '{}': {}", (*command)[0], std::strerror(error)));
+    return error == ENOENT ? 127 : 126;
   }};
 }
 

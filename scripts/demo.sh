@@ -2,24 +2,41 @@
 # The demo: 4 MPI ranks replay a real PyTorch training step (transformer LM, forward + backward + optimizer).
 # Rank 2's simulated GPU has 40 GiB, the others 64 GiB; the step needs ~57 GiB. Rank 2 runs out of memory, every
 # rank writes into one archive, the job dies as a real one would, and `oomflight report` reads the archive.
+# The snapshots come from $TORCH_SNAPSHOTS, or ../shared/data/torch-snapshots beside the checkout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-snapshots=${OOMFLIGHT_SNAPSHOTS:-$root/../shared/data/torch-snapshots}
+snapshots=${TORCH_SNAPSHOTS:-$root/../shared/data/torch-snapshots}
+trace=$snapshots/transformer-lm-fullstep-ctx128.pickle
 oomflight=$root/build/bin/oomflight
+if [ ! -f "$trace" ]; then
+  echo "demo: FAILED: no PyTorch snapshot at $trace (set TORCH_SNAPSHOTS to the folder of the shared snapshots)" >&2
+  exit 1
+fi
+if [ ! -x "$oomflight" ]; then
+  echo "demo: FAILED: $oomflight is not built (run scripts/bootstrap.sh)" >&2
+  exit 1
+fi
 work=$root/build/demo
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
+# Open MPI refuses to run as root without these two, and to start more ranks than cores without --oversubscribe.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-echo "demo: mpirun -np 4 oomflight run --run-name demo -- oomflight replay transformer-lm-fullstep-ctx128.pickle" \
+echo "demo: mpirun --oversubscribe -np 4 oomflight run --run-name demo -- oomflight replay $(basename "$trace")" \
      "--device-memory 64GiB --rank-device-memory 2=40GiB --steps 2"
 set +e
 mpirun --oversubscribe -np 4 "$oomflight" run --run-name demo -- \
-  "$oomflight" replay "$snapshots/transformer-lm-fullstep-ctx128.pickle" \
-  --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2
-status=$?
+  "$oomflight" replay "$trace" --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 2>&1 | tee job.log
+status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -eq 0 ]; then
   echo "demo: FAILED: the job should have died of rank 2's out-of-memory error" >&2
+  exit 1
+fi
+# The job must have died of the out-of-memory error, reported by oomflight and by the job itself, not of
+# anything else.
+if ! grep -q "oomflight\[rank 2\] info: rank 2 out of memory at batch 0" job.log ||
+   ! grep -q "^torch.OutOfMemoryError: CUDA out of memory" job.log; then
+  echo "demo: FAILED: mpirun exited with status $status, but not of rank 2's out-of-memory error (see above)" >&2
   exit 1
 fi
 echo "demo: mpirun exited with status $status: rank 2's out-of-memory error ended the job, as intended"

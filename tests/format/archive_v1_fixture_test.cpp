@@ -3,8 +3,9 @@
 
 #include <string>
 
-#include "oomflight/archive_reader.hpp"
-#include "oomflight/report.hpp"
+#include "oomflight/format/archive_reader.hpp"
+#include "oomflight/analysis/post_mortem.hpp"
+#include "oomflight/export/text_report.hpp"
 
 namespace oomflight {
 namespace {

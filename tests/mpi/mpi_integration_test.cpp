@@ -6,9 +6,10 @@
 #include <fstream>
 #include <optional>
 
-#include "oomflight/archive_reader.hpp"
-#include "oomflight/report.hpp"
-#include "oomflight/units.hpp"
+#include "oomflight/format/archive_reader.hpp"
+#include "oomflight/analysis/post_mortem.hpp"
+#include "oomflight/export/text_report.hpp"
+#include "oomflight/base/units.hpp"
 #include "test_support.hpp"
 
 namespace oomflight {
@@ -105,7 +106,9 @@ TEST(MpiReplay, FourRanksTheDemo) {
   const auto archive = failed_job_archive(fmt::format("{} -x OOMFLIGHT_RUN_NAME=demo {}", test::mpirun(4),
                                                       replay(kFullStep, "--rank-device-memory 2=40GiB --steps 2")),
                                           dir, &output);
-  EXPECT_NE(output.find("rank 2 out of memory at batch 0"), std::string::npos) << output;
+  EXPECT_NE(output.find("oomflight[rank 2] info: rank 2 out of memory at batch 0 (requested 100.00 MiB"),
+            std::string::npos)
+      << output;
   EXPECT_NE(output.find("written by 4 of 4 ranks"), std::string::npos) << output;
   EXPECT_NE(output.find("torch.OutOfMemoryError: CUDA out of memory"), std::string::npos) << output;
   ASSERT_TRUE(archive);
@@ -228,7 +231,34 @@ TEST(MpiDriver, AWedgedRankMakesEveryLiveRankWriteARankLocalFile) {
   }
 }
 
-TEST(MpiExample, CApiOnTwoRanksWithoutStacks) {
+TEST(MpiDriver, ASignalDumpIsOneArchiveAndTheJobGoesOn) {
+  TempDir dir;
+  const auto r = run_command(
+      fmt::format("{} -x OOMFLIGHT_RUN_NAME=ondemand {} 50 0 -1 signal", test::mpirun(4), OOMFLIGHT_DRIVER), dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // no rank failed: the job survives its dump
+  EXPECT_NE(r.output.find("oomflight[rank 0] info: rank 0 asked for a signal dump at batch 0; archive"),
+            std::string::npos)
+      << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  EXPECT_EQ(files[0], dir.path() / "ondemand/oomflight/signal.0.h5");
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.kind, "signal");
+  EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{0});
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(a.header.reason, "rank 0: driver: signal dump on rank 0");
+  for (int rank = 0; rank < 4; ++rank) {
+    const RankRow* row = a.rank_row(rank);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->event_count, 1u + 50u + 10u * rank) << "rank " << rank;
+    EXPECT_EQ(row->is_origin, rank == 0 ? 1 : 0);
+    EXPECT_EQ(row->oom_requested_bytes, 0u);
+    EXPECT_EQ(row->reserved_bytes, 2'000'000u);
+    for (const Event& e : a.events_of(*row)) ASSERT_NE(e.action, Action::oom);
+  }
+}
+
+TEST(MpiExample, CApiOnTwoRanks) {
   TempDir dir;
   const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=capi {}", test::mpirun(2), OOMFLIGHT_EXAMPLE),
                              dir.path());
@@ -236,24 +266,20 @@ TEST(MpiExample, CApiOnTwoRanksWithoutStacks) {
   const auto files = files_with_suffix(dir.path(), ".h5");
   ASSERT_EQ(files.size(), 1u) << r.output;
   const Archive a = read_archive(files[0].string());
-  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1}));  // both ranks called trigger_dump
-  EXPECT_TRUE(a.stacks.empty());
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1}));  // both ranks called trigger_oom
+  EXPECT_EQ(a.stacks.size(), 2u);  // one interned stack per rank
   for (const auto& row : a.ranks) {
     EXPECT_EQ(row.event_count, 2u * (1u + 1u + 16u) + 1u);  // 2 x (step, segment, 16 allocs) + oom
     EXPECT_EQ(row.batch, 1);
     EXPECT_EQ(row.oom_requested_bytes, 2ull << 30);
+    EXPECT_EQ(row.device_capacity_bytes, 80ull << 30);
+    EXPECT_EQ(row.reserved_bytes, 20ull << 20);
+    const auto events = a.events_of(row);
+    const auto frames = a.stack(events[2].stack_id);  // the first alloc
+    ASSERT_EQ(frames.size(), 2u);
+    EXPECT_EQ(a.string(frames[0]->function), "forward");
+    EXPECT_EQ(frames[1]->line, 7);
   }
-}
-
-TEST(Report, ClearErrorsForMissingAndForeignFiles) {
-  TempDir dir;
-  const auto missing = run_command(fmt::format("{} report nothing.h5", OOMFLIGHT_CLI), dir.path());
-  EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_NE(missing.output.find("nothing.h5: no such file"), std::string::npos) << missing.output;
-  std::ofstream(dir.path() / "notes.txt") << "hello";
-  const auto foreign = run_command(fmt::format("{} report notes.txt", OOMFLIGHT_CLI), dir.path());
-  EXPECT_EQ(foreign.exit_code, 1);
-  EXPECT_NE(foreign.output.find("not an HDF5 file"), std::string::npos) << foreign.output;
 }
 
 }  // namespace

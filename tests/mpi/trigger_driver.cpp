@@ -1,23 +1,28 @@
-// Test driver: an MPI program with known per-rank event counts that triggers dumps on chosen ranks.
-//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK]
-// Rank r records EVENTS + 10 r alloc events (size 1000 + r) in batch 0. Origins (comma-separated ranks) record an
-// oom event (size 4096 (r + 1)) before a barrier and trigger after it, so that their failures are simultaneous.
-// STALL_RANK stops itself with SIGSTOP after the barrier: a wedged rank. Non-origins then block in a barrier,
-// as training ranks block in a collective. Origins exit 1 after the dump, like a failed training script.
+// Test driver: an MPI program with known per-rank event counts that asks for dumps on chosen ranks, through the C
+// API only (as a plugin would).
+//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND]]
+// Rank r interns one stack (train_step, driver.py, line r + 1), records EVENTS + 10 r alloc events of 1000 + r
+// bytes with it in batch 0 and publishes device 0's gauges (1.0 MB allocated, 2.0 MB reserved, peaks 1.5 and
+// 2.5 MB, 4.0 MB capacity). STALL_RANK (-1: none) stops itself with SIGSTOP after the barrier: a wedged rank.
+// KIND oom (default): origins (comma-separated ranks) record an oom event (size 4096 (r + 1), 77 bytes free)
+// before a barrier and ask for the dump after it, so that their failures are simultaneous; non-origins then
+// block in a barrier, as training ranks block in a collective, and origins exit 1 after the dump, like a
+// failed training script. KIND signal, snapshot or exit: origins ask for a dump of that kind and every rank
+// goes on to a final barrier and exits 0: the job survives the dump.
 #include <mpi.h>
+#include <oomflight/oomflight.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <string>
 
-#include "oomflight/session.hpp"
-
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s EVENTS ORIGINS [STALL_RANK]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s EVENTS ORIGINS [STALL_RANK [KIND]]\n", argv[0]);
     return 2;
   }
   const int events = std::atoi(argv[1]);
@@ -25,33 +30,68 @@ int main(int argc, char** argv) {
   std::stringstream list(argv[2]);
   for (std::string item; std::getline(list, item, ',');) origins.insert(std::stoi(item));
   const int stall = argc > 3 ? std::atoi(argv[3]) : -1;
+  const std::string kind_name = argc > 4 ? argv[4] : "oom";
+  int kind = -1;
+  const char* kinds[] = {"oom", "snapshot", "signal", "exit"};
+  for (int k = 0; k < OOMFLIGHT_DUMP_KIND_COUNT; ++k) {
+    if (kind_name == kinds[k]) kind = k;
+  }
+  if (kind < 0) {
+    std::fprintf(stderr, "unknown kind '%s'\n", kind_name.c_str());
+    return 2;
+  }
 
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  oomflight::Session session(oomflight::Config::from_environment(), MPI_COMM_WORLD);
-  const int rank = session.identity().rank;
-  auto& recorder = session.recorder();
-  const oomflight::FrameRef frames[] = {{"train_step", "driver.py", rank + 1}};
-  const auto stack = recorder.intern_stack(frames);
-  recorder.mark_batch(0);
-  for (int i = 0; i < events + 10 * rank; ++i) {
-    recorder.record(oomflight::Action::alloc, 0, 0x1000u * static_cast<unsigned>(i + 1), 1000u + rank, 0, stack);
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // the application owns MPI
+  if (oomflight_init() != OOMFLIGHT_OK) {
+    std::fprintf(stderr, "oomflight_init: %s\n", oomflight_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  recorder.set_memory({1000ull * 1000, 2000ull * 1000, 1500ull * 1000, 2500ull * 1000, 4000ull * 1000, 0});
+  int rank = 0;
+  oomflight_rank(&rank, nullptr);
+  const oomflight_frame frame = {"train_step", "driver.py", rank + 1};
+  int32_t stack = -1;
+  oomflight_intern_stack(&frame, 1, &stack);
+  oomflight_mark_batch(0);
+  for (int i = 0; i < events + 10 * rank; ++i) {
+    oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000ull * static_cast<unsigned>(i + 1), 1000u + rank, 0, stack);
+  }
+  oomflight_memory gauges = OOMFLIGHT_MEMORY_INIT;
+  gauges.allocated_bytes = 1000ull * 1000;
+  gauges.reserved_bytes = 2000ull * 1000;
+  gauges.peak_allocated_bytes = 1500ull * 1000;
+  gauges.peak_reserved_bytes = 2500ull * 1000;
+  gauges.device_capacity_bytes = 4000ull * 1000;
+  oomflight_set_memory(0, &gauges);
+
   const bool origin = origins.count(rank) > 0;
-  const std::uint64_t requested = 4096ull * static_cast<unsigned>(rank + 1);
-  if (origin) recorder.record(oomflight::Action::oom, 0, 77, requested, 0);
+  const bool oom = kind == OOMFLIGHT_DUMP_OOM;
+  const std::uint64_t requested = oom ? 4096ull * static_cast<unsigned>(rank + 1) : 0;
+  if (origin && oom) oomflight_record(OOMFLIGHT_OOM, 0, 77, requested, 0, -1);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == stall) raise(SIGSTOP);
   if (origin) {
-    const auto result = session.trigger({"driver: out of memory on rank " + std::to_string(rank), requested, 77});
-    std::printf("rank %d: dump status %d path %s\n", rank, static_cast<int>(result.status), result.path.c_str());
+    const std::string reason = "driver: " + (oom ? "out of memory" : kind_name + " dump") + " on rank " +
+                               std::to_string(rank);
+    oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+    request.kind = kind;
+    request.reason = reason.c_str();
+    request.requested_bytes = requested;
+    request.device_free_bytes = oom ? 77 : 0;
+    request.device = 0;
+    oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+    const int rc = oomflight_request_dump(&request, &result);
+    std::printf("rank %d: dump rc %d status %d ranks %d path %s\n", rank, rc, result.status, result.ranks_written,
+                oomflight_last_dump_path());
     std::fflush(stdout);
-    session.shutdown();
-    return 1;
+    if (oom) {
+      oomflight_shutdown();
+      return 1;
+    }
   }
-  if (!origins.empty()) MPI_Barrier(MPI_COMM_WORLD);  // never completes: an origin has failed
-  session.shutdown();
+  if (oom && !origins.empty()) MPI_Barrier(MPI_COMM_WORLD);  // never completes: an origin has failed
+  MPI_Barrier(MPI_COMM_WORLD);
+  oomflight_shutdown();
   MPI_Finalize();
   return 0;
 }

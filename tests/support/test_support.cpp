@@ -9,13 +9,15 @@
 #include <fmt/format.h>
 #include <random>
 
-#include "oomflight/stack_table.hpp"
-#include "oomflight/torch_snapshot.hpp"
+#include "oomflight/format/torch_snapshot.hpp"
+#include "oomflight/record/stack_table.hpp"
 
 namespace oomflight::test {
 
 std::string snapshot_path(const std::string& name) {
-  const char* env = std::getenv("OOMFLIGHT_TEST_SNAPSHOTS");
+  // TORCH_SNAPSHOTS, not an OOMFLIGHT_* name: every OOMFLIGHT_* variable is a setting, and oomflight refuses
+  // unknown ones (a test's own variable must not make the jobs it starts refuse to run).
+  const char* env = std::getenv("TORCH_SNAPSHOTS");
   const std::filesystem::path dir = env ? env : OOMFLIGHT_SNAPSHOTS;
   const auto path = dir / name;
   if (!std::filesystem::exists(path)) {

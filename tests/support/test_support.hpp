@@ -5,12 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "oomflight/event.hpp"
+#include "oomflight/record/event.hpp"
 #include "oomflight/sim/simulated_device.hpp"
 
 namespace oomflight::test {
 
-/// Path of a shared snapshot by file name; fails the test (ADD_FAILURE + throw) when it is missing.
+/// Path of a shared snapshot by file name, in $TORCH_SNAPSHOTS or ../shared/data/torch-snapshots; fails the test
+/// (ADD_FAILURE + throw) when it is missing.
 std::string snapshot_path(const std::string& name);
 
 /// A fresh empty folder under the build's temp area, removed by the destructor.

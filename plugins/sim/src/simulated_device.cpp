@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <stdexcept>
 
-#include "oomflight/units.hpp"
+#include "oomflight/base/units.hpp"
 
 namespace oomflight::sim {
 namespace {

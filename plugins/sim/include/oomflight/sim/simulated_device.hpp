@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "oomflight/event.hpp"
-#include "oomflight/recorder.hpp"
-#include "oomflight/torch_snapshot.hpp"
+#include "oomflight/format/torch_snapshot.hpp"
+#include "oomflight/record/event.hpp"
+#include "oomflight/record/recorder.hpp"
 
 namespace oomflight::sim {
 

@@ -1,0 +1,44 @@
+// The post-mortem: what an archive says about an out-of-memory failure across ranks. Analysis only, no
+// rendering: the exporters (oomflight/export/...) turn a PostMortem into text, HTML or other tools' formats.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "oomflight/api.h"
+#include "oomflight/format/archive_reader.hpp"
+
+namespace oomflight {
+
+/// A block that was live at the trigger, as the recorded history shows it (its alloc is in the ring and no
+/// free_completed follows it).
+struct LiveAllocation {
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;     ///< bytes
+  std::int64_t batch = -1;    ///< batch when it was allocated
+  std::int64_t t_ns = 0;      ///< monotonic ns of the alloc
+  std::int32_t stack_id = kNoStack;
+};
+
+/// One rank in the post-mortem.
+struct RankSummary {
+  RankRow row;
+  std::uint64_t headroom_bytes = 0;      ///< capacity - reserved at the trigger; 0 when capacity is unknown
+  std::uint64_t live_bytes_in_history = 0;  ///< sum of all LiveAllocation sizes (<= allocated_bytes)
+  std::size_t live_count = 0;
+  std::vector<LiveAllocation> largest;   ///< the largest live allocations, largest first (origins only)
+  std::int64_t oom_utc_ns = 0;           ///< UTC ns of the last oom event, 0 when none
+  std::uint64_t action_counts[kActionCount] = {};
+};
+
+/// The whole post-mortem.
+struct PostMortem {
+  std::vector<int> origins;      ///< origin ranks, as the archive names them
+  int first_origin = -1;         ///< the origin whose oom event came first on the common time axis
+  std::vector<RankSummary> ranks;  ///< by rank
+};
+
+/// Analyses an archive. `top` largest live allocations are kept for each origin. Pure; thread-safe.
+OOMFLIGHT_API PostMortem analyze(const Archive& archive, std::size_t top = 10);
+
+}  // namespace oomflight

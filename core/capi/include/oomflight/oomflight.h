@@ -1,0 +1,243 @@
+/* oomflight C API: the one ABI-stable surface of liboomflight, for frameworks, allocator hooks, plugins loaded
+ * into foreign processes (a PyTorch extension, an NCCL profiler plugin, a CUDA injection library) and the Python
+ * package (ctypes). Plain C: no C++ type crosses it.
+ *
+ * Example (one rank; under mpirun every rank does the same):
+ *
+ *   #include <oomflight/oomflight.h>
+ *
+ *   if (oomflight_init() != OOMFLIGHT_OK) fprintf(stderr, "%s\n", oomflight_last_error());
+ *   const struct oomflight_frame frames[] = {{"forward", "model.py", 42}, {"main", "train.py", 7}};
+ *   int32_t stack = -1;
+ *   oomflight_intern_stack(frames, 2, &stack);
+ *   oomflight_mark_batch(0);
+ *   oomflight_record(OOMFLIGHT_ALLOC, 0, ptr, bytes, stream, stack);
+ *   struct oomflight_memory gauges = OOMFLIGHT_MEMORY_INIT;
+ *   gauges.allocated_bytes = ...; gauges.reserved_bytes = ...; gauges.device_capacity_bytes = ...;
+ *   oomflight_set_memory(0, &gauges);
+ *   ...
+ *   if (cuda_malloc_failed) {
+ *     oomflight_trigger_oom(0, "CUDA out of memory. Tried to allocate 2.00 GiB", bytes, free_bytes);
+ *     // every rank's history is in one archive now (oomflight_last_dump_path()); let the error propagate
+ *   }
+ *   oomflight_shutdown();   // on a normal exit only (see there)
+ *
+ * Conventions, for every function:
+ * - Units: sizes and addresses in bytes, device ordinals as CUDA numbers them, batches counted from 0.
+ * - Return values: OOMFLIGHT_OK (0) on success, a negative OOMFLIGHT_E* code on failure; oomflight_last_error()
+ *   then says why, in this thread.
+ * - Thread-safety: once oomflight_init() has returned, every function but oomflight_init() and
+ *   oomflight_shutdown() is safe to call from any thread; those two must not race with any other call.
+ * - Extensible structs start with `struct_size` (set it with the *_INIT initialisers): a newer library reads
+ *   only the fields an older caller's struct has, so callers built against this header keep working.
+ * - No returned pointer depends on a lock: strings are static or this thread's own copies.
+ */
+#ifndef OOMFLIGHT_OOMFLIGHT_H
+#define OOMFLIGHT_OOMFLIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "oomflight/api.h"
+#include "oomflight/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The C ABI's version. It changes only when an existing function, enum value or struct layout changes in a way
+ *  that breaks callers built against an older header; new functions and appended struct fields keep it. */
+#define OOMFLIGHT_ABI_VERSION 1
+
+/** Event actions. The first nine are PyTorch's TraceEntry actions (c10/cuda/CUDACachingAllocator.h) with the
+ *  same names and meanings; map torch's values by name, never by number (their order differs). The values are
+ *  the archive's enumeration (docs/archive-format.md): never renumbered, only appended. */
+enum oomflight_action {
+  OOMFLIGHT_ALLOC = 0,           /**< a block was handed out: addr, size of the block */
+  OOMFLIGHT_FREE_REQUESTED = 1,  /**< the program freed the block; a stream may still use it */
+  OOMFLIGHT_FREE_COMPLETED = 2,  /**< the block went back to the allocator's cache */
+  OOMFLIGHT_SEGMENT_ALLOC = 3,   /**< the allocator reserved a segment from the device (cudaMalloc) */
+  OOMFLIGHT_SEGMENT_FREE = 4,    /**< the allocator returned a segment to the device (cudaFree) */
+  OOMFLIGHT_SEGMENT_MAP = 5,     /**< expandable segments: pages mapped */
+  OOMFLIGHT_SEGMENT_UNMAP = 6,   /**< expandable segments: pages unmapped */
+  OOMFLIGHT_OOM = 7,             /**< an allocation failed: size = requested bytes, addr = device free bytes */
+  OOMFLIGHT_SNAPSHOT = 8,        /**< a snapshot was taken here */
+  OOMFLIGHT_STEP = 9,            /**< oomflight: a batch started */
+  OOMFLIGHT_ACTION_COUNT = 10
+};
+
+/** Why a dump is asked for; the archive's `kind` attribute and the {kind} filename placeholder. */
+enum oomflight_dump_kind {
+  OOMFLIGHT_DUMP_OOM = 0,       /**< a rank ran out of memory */
+  OOMFLIGHT_DUMP_SNAPSHOT = 1,  /**< a schedule's window closed */
+  OOMFLIGHT_DUMP_SIGNAL = 2,    /**< on demand */
+  OOMFLIGHT_DUMP_EXIT = 3,      /**< the job is being torn down */
+  OOMFLIGHT_DUMP_KIND_COUNT = 4
+};
+
+/** What a dump wrote, as the rank that asked for it sees it. */
+enum oomflight_dump_status {
+  OOMFLIGHT_DUMP_ARCHIVE = 0,     /**< one archive, written by all ranks together */
+  OOMFLIGHT_DUMP_RANK_LOCAL = 1,  /**< the ranks did not agree in time: this rank wrote its own file */
+  OOMFLIGHT_DUMP_FAILED = 2,      /**< nothing could be written */
+  OOMFLIGHT_DUMP_DISABLED = 3     /**< OOMFLIGHT_ENABLED=0 */
+};
+
+/** Log levels for oomflight_log(), lowest first (OOMFLIGHT_LOG_LEVEL's names). */
+enum oomflight_log_level {
+  OOMFLIGHT_LOG_TRACE = 0,
+  OOMFLIGHT_LOG_DEBUG = 1,
+  OOMFLIGHT_LOG_INFO = 2,
+  OOMFLIGHT_LOG_WARN = 3,
+  OOMFLIGHT_LOG_ERROR = 4
+};
+
+/** Return codes. Each failure has its own code. */
+enum oomflight_status {
+  OOMFLIGHT_OK = 0,
+  OOMFLIGHT_ECONFIG = -1,    /**< an OOMFLIGHT_* variable is malformed or unknown (the message names it) */
+  OOMFLIGHT_ESTATE = -2,     /**< not initialised, initialised twice, or already shut down */
+  OOMFLIGHT_EINVAL = -3,     /**< an argument is out of range or NULL (the message names it) */
+  OOMFLIGHT_EDUMP = -4,      /**< the dump wrote no archive: a rank-local file, or nothing (see the result) */
+  OOMFLIGHT_EDROPPED = -5,   /**< the event was dropped by the ring (counted in the archive) */
+  OOMFLIGHT_EMPI = -6,       /**< MPI could not be initialised or set up */
+  OOMFLIGHT_ENOMEM = -7,     /**< memory for the history could not be allocated (OOMFLIGHT_MAX_ENTRIES too big?) */
+  OOMFLIGHT_EDISABLED = -8,  /**< OOMFLIGHT_ENABLED=0: nothing is dumped */
+  OOMFLIGHT_EINTERNAL = -9   /**< an unexpected failure inside oomflight (a bug: please report the message) */
+};
+
+/** One frame of a stack. Strings are copied; they need to live only during the call. line 0: unknown. */
+struct oomflight_frame {
+  const char* function;
+  const char* file;
+  int32_t line;
+};
+
+/** One device's memory figures, bytes; 0 where unknown. "Allocated" and "reserved" as PyTorch defines them
+ *  (torch.cuda.memory_allocated / memory_reserved). */
+struct oomflight_memory {
+  uint32_t struct_size;            /**< sizeof(struct oomflight_memory): use OOMFLIGHT_MEMORY_INIT */
+  uint32_t reserved0;              /**< zero */
+  uint64_t allocated_bytes;        /**< in live blocks */
+  uint64_t reserved_bytes;         /**< in segments the allocator holds (allocated + cached) */
+  uint64_t peak_allocated_bytes;
+  uint64_t peak_reserved_bytes;
+  uint64_t device_capacity_bytes;  /**< the device's total memory */
+  uint64_t device_free_bytes;      /**< free as the driver reports it (cudaMemGetInfo) */
+};
+#define OOMFLIGHT_MEMORY_INIT {sizeof(struct oomflight_memory), 0, 0, 0, 0, 0, 0, 0}
+
+/** A request for a dump. */
+struct oomflight_dump_request {
+  uint32_t struct_size;        /**< sizeof(struct oomflight_dump_request): use OOMFLIGHT_DUMP_REQUEST_INIT */
+  int32_t kind;                /**< enum oomflight_dump_kind */
+  const char* reason;          /**< the error message or why; may be NULL; copied */
+  uint64_t requested_bytes;    /**< the allocation that failed; 0 when not an allocation */
+  uint64_t device_free_bytes;  /**< free device memory as the allocator saw it; 0 when unknown */
+  int32_t device;              /**< the device concerned; -1: the device that last published gauges */
+  int32_t reserved0;           /**< zero */
+  int64_t batch;               /**< the batch concerned; -1: the current batch */
+};
+#define OOMFLIGHT_DUMP_REQUEST_INIT {sizeof(struct oomflight_dump_request), OOMFLIGHT_DUMP_OOM, NULL, 0, 0, -1, 0, -1}
+
+/** The outcome of a dump; the written path is oomflight_last_dump_path(). */
+struct oomflight_dump_result {
+  uint32_t struct_size;   /**< sizeof(struct oomflight_dump_result): use OOMFLIGHT_DUMP_RESULT_INIT */
+  int32_t status;         /**< enum oomflight_dump_status */
+  int32_t ranks_written;  /**< ranks in the file written (1 for a rank-local file) */
+  int32_t world_size;
+  int64_t batch;          /**< the batch that names the file (the lowest origin's) */
+  double seconds;         /**< from the request to the file's close */
+};
+#define OOMFLIGHT_DUMP_RESULT_INIT {sizeof(struct oomflight_dump_result), OOMFLIGHT_DUMP_FAILED, 0, 0, -1, 0.0}
+
+/** OOMFLIGHT_ABI_VERSION of the loaded library. A plugin compares it with the OOMFLIGHT_ABI_VERSION it was
+ *  compiled with and refuses to run (never crashes the host) when they differ. Needs no init. */
+OOMFLIGHT_API int oomflight_abi_version(void);
+
+/** The loaded library's version, "MAJOR.MINOR.PATCH" (static storage). Needs no init. */
+OOMFLIGHT_API const char* oomflight_version(void);
+
+/** 1 when an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE is set), else 0.
+ *  Needs no init. */
+OOMFLIGHT_API int oomflight_launched_by_mpi(void);
+
+/** Initialises from the OOMFLIGHT_* environment variables (`oomflight config` lists them). Under an MPI launcher
+ *  it joins the job's control plane: if MPI is not initialised yet it initialises it with MPI_THREAD_MULTIPLE (and
+ *  oomflight_shutdown finalises it); this call is then collective over MPI_COMM_WORLD. Otherwise it runs as a
+ *  single process (world size 1) and makes no MPI call.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_ECONFIG (a bad variable), OOMFLIGHT_ENOMEM (the ring of OOMFLIGHT_MAX_ENTRIES
+ *  events cannot be allocated), OOMFLIGHT_EMPI (MPI_Init_thread failed), OOMFLIGHT_ESTATE (already initialised)
+ *  or OOMFLIGHT_EINTERNAL. */
+OOMFLIGHT_API int oomflight_init(void);
+
+/** This process's rank and the job's world size (0 and 1 without MPI). Either pointer may be NULL.
+ *  Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_rank(int* rank, int* world_size);
+
+/** Records one event stamped now (CLOCK_MONOTONIC) with the current batch. action: enum oomflight_action;
+ *  device: ordinal (0 .. 32767); addr: device address (for OOMFLIGHT_OOM: device free bytes); size: bytes (for
+ *  OOMFLIGHT_OOM: the requested bytes); stream: the stream handle as an integer; stack_id: from
+ *  oomflight_intern_stack, or -1 for none. Wait-free: no allocation, lock or system call.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EDROPPED, OOMFLIGHT_EINVAL (bad action or device) or OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                                   int32_t stack_id);
+
+/** Starts batch `batch` (>= 0) and records a step event. Wait-free.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (batch < 0) or OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_mark_batch(int64_t batch);
+
+/** Interns a stack of `count` frames, innermost first (PyTorch's order), and stores its id in *stack_id (0, 1,
+ *  2, ...; the same frames always give the same id). count 0 is a valid empty stack. Takes a mutex and may
+ *  allocate: not for the hot path; intern each distinct stack once and reuse its id.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (stack_id NULL, frames NULL with count > 0, or a NULL string),
+ *  OOMFLIGHT_ENOMEM, OOMFLIGHT_ESTATE or OOMFLIGHT_EINTERNAL (the table holds 2^31 - 1 stacks). */
+OOMFLIGHT_API int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, int32_t* stack_id);
+
+/** Publishes one device's memory figures (see struct oomflight_memory); the device becomes the one whose figures
+ *  a dump reports unless a request names another. Lock-free (relaxed atomic stores): cheap enough after every
+ *  event. Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (memory NULL, struct_size too small, device outside 0 .. 63) or
+ *  OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_set_memory(int device, const struct oomflight_memory* memory);
+
+/** Asks for a dump of request->kind: freezes this rank's history at once, asks every rank to dump, and returns
+ *  once the archive is closed (or every rank's rank-local fallback is written, or 3 x OOMFLIGHT_DUMP_TIMEOUT has
+ *  passed). It records no event itself: a source that saw the failure records its oom event with
+ *  oomflight_record first (or calls oomflight_trigger_oom). `result` may be NULL; its struct_size must be set.
+ *  Returns OOMFLIGHT_OK when an archive was written, OOMFLIGHT_EDUMP otherwise (result->status says what was
+ *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, struct_size too small, kind out of range) or
+ *  OOMFLIGHT_ESTATE. The path written is oomflight_last_dump_path(). Blocks the calling thread; never throws. */
+OOMFLIGHT_API int oomflight_request_dump(const struct oomflight_dump_request* request,
+                                         struct oomflight_dump_result* result);
+
+/** The common case for an allocator hook: records an OOMFLIGHT_OOM event on `device` (size = requested_bytes,
+ *  addr = device_free_bytes) and asks for an oom dump of that device; returns as oomflight_request_dump. */
+OOMFLIGHT_API int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_bytes,
+                                        uint64_t device_free_bytes);
+
+/** Classifies an error: 1 when (type_name, message) is an out-of-memory error (PyTorch, XLA, CUDA, HIP, NCCL,
+ *  host), else 0. Either may be NULL. Pure; thread-safe; needs no init. */
+OOMFLIGHT_API int oomflight_is_oom(const char* type_name, const char* message);
+
+/** Writes one line in oomflight's log format ("oomflight[rank N] level: message" once the rank is known) to
+ *  stderr, if `level` passes OOMFLIGHT_LOG_LEVEL. For plugins, so that their messages read like oomflight's.
+ *  Needs no init. Returns OOMFLIGHT_OK or OOMFLIGHT_EINVAL (level out of range, message NULL). */
+OOMFLIGHT_API int oomflight_log(int level, const char* message);
+
+/** Stops the watcher thread and, if oomflight_init initialised MPI, finalises it. Call it on a normal exit that
+ *  every rank reaches: MPI_Finalize waits for the other ranks, so a rank that is failing must simply exit (the
+ *  library stops its thread at exit). Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_shutdown(void);
+
+/** The last error message of this thread ("" if none). Valid until this thread's next oomflight call. */
+OOMFLIGHT_API const char* oomflight_last_error(void);
+
+/** This thread's copy of the path written by this process's last dump ("" if none). Valid until this thread's
+ *  next call of oomflight_last_dump_path. */
+OOMFLIGHT_API const char* oomflight_last_dump_path(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OOMFLIGHT_OOMFLIGHT_H */

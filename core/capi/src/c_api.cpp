@@ -1,0 +1,301 @@
+// The C API: a process-wide Session behind plain functions. Every entry point catches everything: no C++
+// exception may cross into a C caller (or into a foreign host process).
+#include "oomflight/oomflight.h"
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "oomflight/base/log.hpp"
+#include "oomflight/control/config.hpp"
+#include "oomflight/control/mpi_job.hpp"
+#include "oomflight/control/oom_classifier.hpp"
+#include "oomflight/control/session.hpp"
+
+namespace {
+
+using oomflight::Action;
+using oomflight::DumpKind;
+using oomflight::DumpResult;
+using oomflight::LogLevel;
+
+// The C enums are the C++ ones: a mismatch is a compile error, not a wrong archive.
+static_assert(OOMFLIGHT_ALLOC == static_cast<int>(Action::alloc));
+static_assert(OOMFLIGHT_FREE_REQUESTED == static_cast<int>(Action::free_requested));
+static_assert(OOMFLIGHT_FREE_COMPLETED == static_cast<int>(Action::free_completed));
+static_assert(OOMFLIGHT_SEGMENT_ALLOC == static_cast<int>(Action::segment_alloc));
+static_assert(OOMFLIGHT_SEGMENT_FREE == static_cast<int>(Action::segment_free));
+static_assert(OOMFLIGHT_SEGMENT_MAP == static_cast<int>(Action::segment_map));
+static_assert(OOMFLIGHT_SEGMENT_UNMAP == static_cast<int>(Action::segment_unmap));
+static_assert(OOMFLIGHT_OOM == static_cast<int>(Action::oom));
+static_assert(OOMFLIGHT_SNAPSHOT == static_cast<int>(Action::snapshot));
+static_assert(OOMFLIGHT_STEP == static_cast<int>(Action::step));
+static_assert(OOMFLIGHT_ACTION_COUNT == oomflight::kActionCount);
+static_assert(OOMFLIGHT_DUMP_OOM == static_cast<int>(DumpKind::oom));
+static_assert(OOMFLIGHT_DUMP_SNAPSHOT == static_cast<int>(DumpKind::snapshot));
+static_assert(OOMFLIGHT_DUMP_SIGNAL == static_cast<int>(DumpKind::signal));
+static_assert(OOMFLIGHT_DUMP_EXIT == static_cast<int>(DumpKind::exit));
+static_assert(OOMFLIGHT_DUMP_KIND_COUNT == oomflight::kDumpKindCount);
+static_assert(OOMFLIGHT_DUMP_ARCHIVE == static_cast<int>(DumpResult::Status::archive));
+static_assert(OOMFLIGHT_DUMP_RANK_LOCAL == static_cast<int>(DumpResult::Status::rank_local));
+static_assert(OOMFLIGHT_DUMP_FAILED == static_cast<int>(DumpResult::Status::failed));
+static_assert(OOMFLIGHT_DUMP_DISABLED == static_cast<int>(DumpResult::Status::disabled));
+static_assert(OOMFLIGHT_LOG_TRACE == static_cast<int>(LogLevel::trace));
+static_assert(OOMFLIGHT_LOG_DEBUG == static_cast<int>(LogLevel::debug));
+static_assert(OOMFLIGHT_LOG_INFO == static_cast<int>(LogLevel::info));
+static_assert(OOMFLIGHT_LOG_WARN == static_cast<int>(LogLevel::warn));
+static_assert(OOMFLIGHT_LOG_ERROR == static_cast<int>(LogLevel::error));
+static_assert(oomflight::kMaxDevices == 64, "oomflight_set_memory documents devices 0 .. 63");
+// The ABI: these layouts are frozen for OOMFLIGHT_ABI_VERSION 1 (x86-64 and aarch64 LP64).
+static_assert(sizeof(oomflight_memory) == 56 && offsetof(oomflight_memory, device_free_bytes) == 48);
+static_assert(sizeof(oomflight_dump_request) == 48 && offsetof(oomflight_dump_request, batch) == 40);
+static_assert(sizeof(oomflight_dump_result) == 32 && offsetof(oomflight_dump_result, seconds) == 24);
+static_assert(sizeof(oomflight_frame) == 24);
+
+std::unique_ptr<oomflight::Session> g_session;
+bool g_we_initialised_mpi = false;
+std::mutex g_dump_mutex;
+std::string g_last_dump_path;  // guarded by g_dump_mutex
+thread_local std::string t_last_error;
+thread_local std::string t_last_dump_path;
+
+int fail(int code, std::string message) {
+  t_last_error = std::move(message);
+  return code;
+}
+
+int not_initialised(const char* function) {
+  return fail(OOMFLIGHT_ESTATE, fmt::format("{}: oomflight_init was not called (or oomflight_shutdown was)", function));
+}
+
+// Runs `body`, turning any exception into a return code: nothing may unwind into C.
+template <typename Body>
+int guarded(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(OOMFLIGHT_ENOMEM, fmt::format("{}: out of host memory", function));
+  } catch (const std::exception& e) {
+    return fail(OOMFLIGHT_EINTERNAL, fmt::format("{}: {}", function, e.what()));
+  } catch (...) {
+    return fail(OOMFLIGHT_EINTERNAL, fmt::format("{}: unknown exception", function));
+  }
+}
+
+int dump_status_code(const DumpResult& r) {
+  switch (r.status) {
+    case DumpResult::Status::archive: return OOMFLIGHT_OK;
+    case DumpResult::Status::disabled: return fail(OOMFLIGHT_EDISABLED, "OOMFLIGHT_ENABLED=0: nothing was dumped");
+    default: break;
+  }
+  return fail(OOMFLIGHT_EDUMP, r.error.empty() ? "no archive was written" : r.error);
+}
+
+int dump(const oomflight::DumpRequest& request, oomflight_dump_result* out) {
+  const DumpResult r = g_session->dump(request);
+  {
+    std::lock_guard lock(g_dump_mutex);
+    g_last_dump_path = r.path;
+  }
+  if (out != nullptr && out->struct_size >= sizeof(oomflight_dump_result)) {
+    out->status = static_cast<int32_t>(r.status);
+    out->ranks_written = r.ranks_written;
+    out->world_size = r.world_size;
+    out->batch = r.batch;
+    out->seconds = r.seconds;
+  }
+  return dump_status_code(r);
+}
+
+}  // namespace
+
+extern "C" {
+
+int oomflight_abi_version(void) { return OOMFLIGHT_ABI_VERSION; }
+
+const char* oomflight_version(void) { return OOMFLIGHT_VERSION_STRING; }
+
+int oomflight_launched_by_mpi(void) { return oomflight::launched_by_mpi() ? 1 : 0; }
+
+int oomflight_init(void) {
+  if (g_session) return fail(OOMFLIGHT_ESTATE, "oomflight_init: already initialised");
+  oomflight::Config config;
+  try {
+    config = oomflight::Config::from_environment();
+  } catch (const oomflight::ConfigError& e) {
+    return fail(OOMFLIGHT_ECONFIG, e.what());
+  } catch (const std::exception& e) {
+    return fail(OOMFLIGHT_EINTERNAL, fmt::format("oomflight_init: {}", e.what()));
+  }
+  MPI_Comm world = MPI_COMM_NULL;
+  if (oomflight::launched_by_mpi()) {
+    try {
+      g_we_initialised_mpi = oomflight::initialise_mpi_if_needed();
+    } catch (const std::exception& e) {
+      return fail(OOMFLIGHT_EMPI, fmt::format("oomflight_init: {}", e.what()));
+    }
+    world = MPI_COMM_WORLD;
+  }
+  const std::size_t entries = config.max_entries;
+  try {
+    g_session = std::make_unique<oomflight::Session>(std::move(config), world);
+  } catch (const std::bad_alloc&) {
+    return fail(OOMFLIGHT_ENOMEM,
+                fmt::format("oomflight_init: cannot allocate the history of OOMFLIGHT_MAX_ENTRIES={} events ({} MiB); "
+                            "set a smaller OOMFLIGHT_MAX_ENTRIES",
+                            entries, (entries * 64) >> 20));
+  } catch (const std::exception& e) {
+    return fail(OOMFLIGHT_EINTERNAL, fmt::format("oomflight_init: {}", e.what()));
+  }
+  return OOMFLIGHT_OK;
+}
+
+int oomflight_rank(int* rank, int* world_size) {
+  if (!g_session) return not_initialised("oomflight_rank");
+  if (rank) *rank = g_session->identity().rank;
+  if (world_size) *world_size = g_session->identity().world_size;
+  return OOMFLIGHT_OK;
+}
+
+int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, int32_t stack_id) {
+  if (!g_session) return not_initialised("oomflight_record");
+  if (action < 0 || action >= OOMFLIGHT_ACTION_COUNT) {
+    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_record: action {} is not an enum oomflight_action", action));
+  }
+  if (device < 0 || device > INT16_MAX) {
+    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_record: device {} is outside 0 .. 32767", device));
+  }
+  const bool kept = g_session->recorder().record(static_cast<Action>(action), static_cast<std::int16_t>(device),
+                                                 addr, size, stream, stack_id);
+  return kept ? OOMFLIGHT_OK : OOMFLIGHT_EDROPPED;
+}
+
+int oomflight_mark_batch(int64_t batch) {
+  if (!g_session) return not_initialised("oomflight_mark_batch");
+  if (batch < 0) return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_mark_batch: batch {} is negative", batch));
+  g_session->recorder().mark_batch(batch);
+  return OOMFLIGHT_OK;
+}
+
+int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, int32_t* stack_id) {
+  if (!g_session) return not_initialised("oomflight_intern_stack");
+  if (stack_id == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_intern_stack: stack_id is NULL");
+  if (frames == nullptr && count > 0) return fail(OOMFLIGHT_EINVAL, "oomflight_intern_stack: frames is NULL");
+  return guarded("oomflight_intern_stack", [&]() -> int {
+    std::vector<oomflight::FrameRef> refs;
+    refs.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (frames[i].function == nullptr || frames[i].file == nullptr) {
+        return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_intern_stack: frame {} has a NULL function or file", i));
+      }
+      refs.push_back({frames[i].function, frames[i].file, frames[i].line});
+    }
+    *stack_id = g_session->recorder().intern_stack(refs);
+    return OOMFLIGHT_OK;
+  });
+}
+
+int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
+  if (!g_session) return not_initialised("oomflight_set_memory");
+  if (memory == nullptr || memory->struct_size < sizeof(oomflight_memory)) {
+    return fail(OOMFLIGHT_EINVAL, "oomflight_set_memory: memory is NULL or its struct_size is too small "
+                                  "(initialise it with OOMFLIGHT_MEMORY_INIT)");
+  }
+  const oomflight::MemoryStats stats{memory->allocated_bytes,      memory->reserved_bytes,
+                                     memory->peak_allocated_bytes, memory->peak_reserved_bytes,
+                                     memory->device_capacity_bytes, memory->device_free_bytes};
+  if (!g_session->recorder().set_memory(device, stats)) {
+    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_set_memory: device {} is outside 0 .. {}", device,
+                                              oomflight::kMaxDevices - 1));
+  }
+  return OOMFLIGHT_OK;
+}
+
+int oomflight_request_dump(const struct oomflight_dump_request* request, struct oomflight_dump_result* result) {
+  if (!g_session) return not_initialised("oomflight_request_dump");
+  if (request == nullptr || request->struct_size < sizeof(oomflight_dump_request)) {
+    return fail(OOMFLIGHT_EINVAL, "oomflight_request_dump: request is NULL or its struct_size is too small "
+                                  "(initialise it with OOMFLIGHT_DUMP_REQUEST_INIT)");
+  }
+  if (request->kind < 0 || request->kind >= OOMFLIGHT_DUMP_KIND_COUNT) {
+    return fail(OOMFLIGHT_EINVAL,
+                fmt::format("oomflight_request_dump: kind {} is not an enum oomflight_dump_kind", request->kind));
+  }
+  if (request->device < -1 || request->device >= oomflight::kMaxDevices) {
+    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_request_dump: device {} is outside -1 .. {}",
+                                              request->device, oomflight::kMaxDevices - 1));
+  }
+  return guarded("oomflight_request_dump", [&]() -> int {
+    oomflight::DumpRequest r;
+    r.kind = static_cast<DumpKind>(request->kind);
+    r.reason = request->reason ? request->reason : "";
+    r.requested_bytes = request->requested_bytes;
+    r.device_free_bytes = request->device_free_bytes;
+    r.device = request->device;
+    r.batch = request->batch;
+    return dump(r, result);
+  });
+}
+
+int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_bytes, uint64_t device_free_bytes) {
+  if (!g_session) return not_initialised("oomflight_trigger_oom");
+  if (device < 0 || device >= oomflight::kMaxDevices) {
+    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_trigger_oom: device {} is outside 0 .. {}", device,
+                                              oomflight::kMaxDevices - 1));
+  }
+  g_session->recorder().record(Action::oom, static_cast<std::int16_t>(device), device_free_bytes, requested_bytes, 0);
+  return guarded("oomflight_trigger_oom", [&]() -> int {
+    oomflight::DumpRequest r;
+    r.kind = DumpKind::oom;
+    r.reason = reason ? reason : "";
+    r.requested_bytes = requested_bytes;
+    r.device_free_bytes = device_free_bytes;
+    r.device = device;
+    return dump(r, nullptr);
+  });
+}
+
+int oomflight_is_oom(const char* type_name, const char* message) {
+  return oomflight::classify_oom(type_name ? type_name : "", message ? message : "") != oomflight::OomKind::none;
+}
+
+int oomflight_log(int level, const char* message) {
+  if (level < OOMFLIGHT_LOG_TRACE || level > OOMFLIGHT_LOG_ERROR) {
+    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_log: level {} is not an enum oomflight_log_level", level));
+  }
+  if (message == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_log: message is NULL");
+  return guarded("oomflight_log", [&]() -> int {
+    oomflight::log_message(static_cast<LogLevel>(level), message);
+    return OOMFLIGHT_OK;
+  });
+}
+
+int oomflight_shutdown(void) {
+  if (!g_session) return not_initialised("oomflight_shutdown");
+  g_session.reset();
+  if (g_we_initialised_mpi) {
+    oomflight::finalise_mpi();
+    g_we_initialised_mpi = false;
+  }
+  return OOMFLIGHT_OK;
+}
+
+const char* oomflight_last_error(void) { return t_last_error.c_str(); }
+
+const char* oomflight_last_dump_path(void) {
+  try {
+    std::lock_guard lock(g_dump_mutex);
+    t_last_dump_path = g_last_dump_path;
+  } catch (...) {
+    t_last_dump_path.clear();  // out of memory for the copy: say nothing rather than something stale
+  }
+  return t_last_dump_path.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,66 @@
+// Configuration from OOMFLIGHT_* environment variables, described once in a table (name, type, default,
+// description) that parsing, validation, `oomflight config` and the README's table all come from.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oomflight/api.h"
+#include "oomflight/control/filename_template.hpp"
+
+namespace oomflight {
+
+/// Thrown for a bad value; the message names the variable and the value ("OOMFLIGHT_MAX_ENTRIES='abc': ...").
+struct ConfigError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+/// The recorder's settings. Defaults are the table's (see option_table()).
+struct OOMFLIGHT_API Config {
+  bool enabled = true;
+  std::string run_name;               ///< empty: generated once by rank 0 and shared with every rank
+  std::size_t max_entries = 100000;   ///< ring bound, events per rank
+  FilenameTemplate folder;            ///< folder of every file, relative to the working directory
+  FilenameTemplate filename;          ///< archive name (written by all ranks together)
+  FilenameTemplate rank_filename;     ///< rank-local file name (written by one rank alone)
+  std::chrono::milliseconds dump_timeout{30000};  ///< deadline for the ranks to agree on a dump
+  std::chrono::milliseconds poll_interval{10};    ///< the watcher thread's sleep between MPI_Test polls
+  bool overwrite = false;             ///< replace an existing file instead of choosing a new name
+  std::string log_level = "info";
+
+  /// Reads every OOMFLIGHT_* variable through `lookup` (getenv by default), starting from the defaults.
+  /// Throws ConfigError for a malformed value or an unknown OOMFLIGHT_* variable (a misspelt name must not be
+  /// ignored silently). Not thread-safe with concurrent setenv().
+  static Config from_environment(
+      const std::function<std::optional<std::string>(std::string_view)>& lookup = {},
+      const std::vector<std::string>& present_names = {});
+
+  /// The defaults, as the table gives them.
+  static Config defaults();
+};
+
+/// One configuration option.
+struct OptionSpec {
+  std::string_view env;            ///< environment variable, e.g. "OOMFLIGHT_MAX_ENTRIES"
+  std::string_view type;           ///< "integer", "bytes", "duration", "bool", "string", "template"
+  std::string_view default_value;  ///< as text, parsed like a user's value
+  std::string_view description;
+  std::function<void(Config&, std::string_view)> apply;  ///< parses and stores; throws std::invalid_argument
+};
+
+/// Every option, in the order `oomflight config` prints them.
+OOMFLIGHT_API const std::vector<OptionSpec>& option_table();
+
+/// The options as a Markdown table (the README's).
+OOMFLIGHT_API std::string option_table_markdown();
+
+/// Names of the OOMFLIGHT_* variables set in this process's environment.
+OOMFLIGHT_API std::vector<std::string> oomflight_environment_names();
+
+}  // namespace oomflight

@@ -1,0 +1,42 @@
+// What asks for a dump and what a dump produced (internal to liboomflight; the C API's oomflight_dump_request
+// and oomflight_dump_result are their ABI-stable faces).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oomflight/format/archive_schema.hpp"
+
+namespace oomflight {
+
+/// One request for a dump, whatever its kind. Bytes.
+struct DumpRequest {
+  DumpKind kind = DumpKind::oom;
+  std::string reason;                   ///< e.g. PyTorch's "CUDA out of memory. Tried to allocate ..."
+  std::uint64_t requested_bytes = 0;    ///< the allocation that failed; 0 when not an allocation
+  std::uint64_t device_free_bytes = 0;  ///< free device memory as the allocator saw it; 0 when unknown
+  int device = -1;                      ///< the device concerned; -1: the recorder's current device
+  std::int64_t batch = -1;              ///< the batch concerned; -1: the recorder's current batch
+};
+
+/// The outcome of a dump, as the rank that asked for it sees it.
+struct DumpResult {
+  enum class Status {
+    archive,     ///< one archive written by all ranks together
+    rank_local,  ///< the ranks did not agree in time (or the archive failed): this rank wrote its own file
+    failed,      ///< nothing could be written (see error)
+    disabled,    ///< OOMFLIGHT_ENABLED=0
+  };
+  Status status = Status::failed;
+  DumpKind kind = DumpKind::oom;
+  std::string path;                 ///< the archive, or this rank's rank-local file
+  std::vector<int> origin_ranks;
+  int ranks_written = 0;            ///< ranks in the archive (1 for a rank-local file)
+  int world_size = 1;
+  std::int64_t batch = -1;          ///< the (lowest) origin's batch
+  double seconds = 0;               ///< from the request to the file's close
+  std::string error;                ///< why the archive was not written, when it was not
+};
+
+}  // namespace oomflight

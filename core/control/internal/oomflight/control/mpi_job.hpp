@@ -1,0 +1,36 @@
+// The MPI job this process belongs to, if any (internal to liboomflight): launcher detection, MPI set-up and the
+// identity of this rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "oomflight/control/config.hpp"
+#include "oomflight/control/rank_identity.hpp"
+
+namespace oomflight {
+
+/// True when an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE is set): then the
+/// recorder joins the job's control plane; otherwise it runs as a single process and makes no MPI call.
+/// Thread-safe (reads the environment).
+bool launched_by_mpi();
+
+/// Initialises MPI with MPI_THREAD_MULTIPLE unless the process already did (the application owns MPI when it
+/// initialised it). Returns true when this call initialised it. Throws std::runtime_error when MPI_Init_thread
+/// fails. Call from the main thread, before any other MPI use of oomflight.
+bool initialise_mpi_if_needed();
+
+/// Finalises MPI unless it is already finalised. Only for a process whose MPI oomflight initialised, on a normal
+/// exit that every rank reaches (MPI_Finalize waits for the other ranks).
+void finalise_mpi();
+
+/// Generates a run name: "oomflight-YYYYMMDD-HHMMSS-xxxx" (UTC, 4 random hex digits).
+std::string generate_run_name();
+
+/// This process's identity in `comm` (collective over it when it is not MPI_COMM_NULL): rank, world size,
+/// local rank (MPI_Comm_split_type SHARED), pid, host and the run name (rank 0's configured or generated name,
+/// broadcast, so that every rank names files alike). With MPI_COMM_NULL: rank 0 of 1, no MPI call.
+RankIdentity identify(const Config& config, MPI_Comm comm);
+
+}  // namespace oomflight

@@ -1,0 +1,167 @@
+// The option table and the environment parser built on it.
+#include "oomflight/control/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <fmt/format.h>
+
+#include "oomflight/base/units.hpp"
+
+extern char** environ;
+
+namespace oomflight {
+namespace {
+
+std::size_t parse_positive(std::string_view text, std::size_t max) {
+  std::size_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v == 0 || v > max) {
+    throw std::invalid_argument(fmt::format("not an integer in 1 .. {}", max));
+  }
+  return v;
+}
+
+bool parse_bool(std::string_view text) {
+  std::string t(text);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return false;
+  throw std::invalid_argument("not a boolean (use 1/0, true/false, yes/no, on/off)");
+}
+
+std::chrono::milliseconds parse_positive_duration(std::string_view text) {
+  const auto d = parse_duration(text);
+  if (d.count() <= 0) throw std::invalid_argument("must be longer than 0 ms");
+  return d;
+}
+
+FilenameTemplate parse_file_template(std::string_view text, bool per_rank) {
+  FilenameTemplate t(text);
+  if (t.text().empty()) throw std::invalid_argument("must not be empty");
+  // The archive is one file for all ranks: a per-rank placeholder would give each rank another name.
+  if (!per_rank) {
+    for (auto f : {FilenameTemplate::Field::rank, FilenameTemplate::Field::local_rank, FilenameTemplate::Field::pid,
+                   FilenameTemplate::Field::host}) {
+      if (t.uses(f)) {
+        throw std::invalid_argument(
+            "names a per-rank placeholder ({rank}, {local_rank}, {pid} or {host}); the archive is one file "
+            "shared by all ranks");
+      }
+    }
+  }
+  return t;
+}
+
+std::vector<OptionSpec> make_table() {
+  return {
+      {"OOMFLIGHT_ENABLED", "bool", "1", "Record and dump at all. 0 turns oomflight into a no-op.",
+       [](Config& c, std::string_view v) { c.enabled = parse_bool(v); }},
+      {"OOMFLIGHT_RUN_NAME", "string", "",
+       "The job's name, shared by all ranks. Empty: rank 0 generates one (oomflight-YYYYMMDD-HHMMSS-XXXX) and "
+       "sends it to every rank.",
+       [](Config& c, std::string_view v) {
+         if (v.find('/') != std::string_view::npos) throw std::invalid_argument("must not contain '/'");
+         c.run_name = std::string(v);
+       }},
+      {"OOMFLIGHT_MAX_ENTRIES", "integer", "100000",
+       "Events kept per rank (the ring's bound). Older events are overwritten and counted.",
+       [](Config& c, std::string_view v) { c.max_entries = parse_positive(v, std::size_t{1} << 30); }},
+      {"OOMFLIGHT_FOLDER", "template", "{run_name}/oomflight",
+       "Folder for archives and rank-local files, relative to the working directory.",
+       [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},
+      {"OOMFLIGHT_FILENAME", "template", "{kind}.{batch}.h5",
+       "Name of the archive all ranks write together. No per-rank placeholders.",
+       [](Config& c, std::string_view v) { c.filename = parse_file_template(v, false); }},
+      {"OOMFLIGHT_RANK_FILENAME", "template", "{kind}.{batch}.rank{rank}.h5",
+       "Name of a rank-local file, written when the ranks cannot agree in time.",
+       [](Config& c, std::string_view v) {
+         c.rank_filename = parse_file_template(v, true);
+         if (!c.rank_filename.uses(FilenameTemplate::Field::rank)) {
+           throw std::invalid_argument("must contain {rank}: each rank writes its own file");
+         }
+       }},
+      {"OOMFLIGHT_DUMP_TIMEOUT", "duration", "30s",
+       "Deadline for all ranks to agree on a dump; after it every live rank writes a rank-local file.",
+       [](Config& c, std::string_view v) { c.dump_timeout = parse_positive_duration(v); }},
+      {"OOMFLIGHT_POLL_INTERVAL", "duration", "10ms",
+       "How long the watcher thread sleeps between polls for a trigger (MPI_Test).",
+       [](Config& c, std::string_view v) { c.poll_interval = parse_positive_duration(v); }},
+      {"OOMFLIGHT_OVERWRITE", "bool", "0",
+       "Replace an existing file. 0: keep it and write the new one as NAME-1.h5, NAME-2.h5, ...",
+       [](Config& c, std::string_view v) { c.overwrite = parse_bool(v); }},
+      {"OOMFLIGHT_LOG_LEVEL", "string", "info", "trace, debug, info, warn, error or off.",
+       [](Config& c, std::string_view v) {
+         static const std::vector<std::string_view> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+         if (std::find(kLevels.begin(), kLevels.end(), v) == kLevels.end()) {
+           throw std::invalid_argument("not one of trace, debug, info, warn, error, off");
+         }
+         c.log_level = std::string(v);
+       }},
+  };
+}
+
+std::optional<std::string> getenv_lookup(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+void apply_checked(const OptionSpec& spec, Config& config, std::string_view value) {
+  try {
+    spec.apply(config, value);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("{}='{}': {}", spec.env, value, e.what()));
+  }
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = make_table();
+  return table;
+}
+
+Config Config::defaults() {
+  Config c;
+  for (const auto& spec : option_table()) apply_checked(spec, c, spec.default_value);
+  return c;
+}
+
+Config Config::from_environment(const std::function<std::optional<std::string>(std::string_view)>& lookup,
+                                const std::vector<std::string>& present_names) {
+  const auto& get = lookup ? lookup : getenv_lookup;
+  const auto names = lookup ? present_names : oomflight_environment_names();
+  for (const auto& name : names) {
+    const bool known = std::any_of(option_table().begin(), option_table().end(),
+                                   [&](const OptionSpec& s) { return s.env == name; });
+    if (!known) {
+      throw ConfigError(fmt::format("{} is not an oomflight setting (run `oomflight config` for the list)", name));
+    }
+  }
+  Config c = defaults();
+  for (const auto& spec : option_table()) {
+    if (auto value = get(spec.env)) apply_checked(spec, c, *value);
+  }
+  return c;
+}
+
+std::vector<std::string> oomflight_environment_names() {
+  std::vector<std::string> names;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view entry(*e);
+    if (entry.rfind("OOMFLIGHT_", 0) == 0) names.emplace_back(entry.substr(0, entry.find('=')));
+  }
+  return names;
+}
+
+std::string option_table_markdown() {
+  std::string out = "| variable | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& s : option_table()) {
+    out += fmt::format("| `{}` | {} | {} | {} |\n", s.env, s.type,
+                       s.default_value.empty() ? std::string("(empty)") : fmt::format("`{}`", s.default_value),
+                       s.description);
+  }
+  return out;
+}
+
+}  // namespace oomflight

@@ -1,0 +1,156 @@
+// Dump execution: rows, root attributes, paths and the fallbacks of rank-local files.
+#include "dump_executor.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "oomflight/base/log.hpp"
+#include "oomflight/base/units.hpp"
+#include "oomflight/base/utc_time.hpp"
+#include "oomflight/format/collective_writer.hpp"
+#include "oomflight/version.h"
+
+namespace oomflight {
+
+RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const DumpRequest& request) const {
+  RankRow row;
+  row.rank = id_.rank;
+  row.local_rank = id_.local_rank;
+  row.device = h.device;
+  row.is_origin = is_origin ? 1 : 0;
+  row.pid = id_.pid;
+  row.batch = h.batch;
+  row.allocated_bytes = h.memory.allocated_bytes;
+  row.reserved_bytes = h.memory.reserved_bytes;
+  row.peak_allocated_bytes = h.memory.peak_allocated_bytes;
+  row.peak_reserved_bytes = h.memory.peak_reserved_bytes;
+  row.device_capacity_bytes = h.memory.device_capacity_bytes;
+  row.device_free_bytes =
+      is_origin && request.device_free_bytes ? request.device_free_bytes : h.memory.device_free_bytes;
+  row.oom_requested_bytes = is_origin ? request.requested_bytes : 0;
+  row.events_recorded = h.ring.recorded;
+  row.overwritten = h.ring.overwritten;
+  row.dropped = h.ring.dropped;
+  row.unreadable = h.ring.in_flight;
+  row.freeze_t_ns = h.freeze_t_ns;
+  row.anchor_monotonic_ns = h.anchor_monotonic_ns;
+  row.anchor_realtime_ns = h.anchor_realtime_ns;
+  set_fixed_string(row.host, id_.host);
+  if (is_origin) set_fixed_string(row.reason, request.reason);
+  return row;
+}
+
+ArchiveHeader DumpExecutor::header(DumpKind kind, std::string reason, std::vector<std::int32_t> origins,
+                                   std::vector<std::int32_t> ranks_present) const {
+  ArchiveHeader h;
+  h.producer = "oomflight " OOMFLIGHT_VERSION_STRING;
+  h.run_name = id_.run_name;
+  h.kind = std::string(dump_kind_name(kind));
+  h.created_at_utc = utc_now_iso8601();
+  h.reason = std::move(reason);
+  h.origin_ranks = std::move(origins);
+  h.world_size = id_.world_size;
+  h.ranks_present = std::move(ranks_present);
+  return h;
+}
+
+TemplateValues DumpExecutor::template_values(DumpKind kind, std::int64_t batch) const {
+  return TemplateValues{id_.run_name, id_.rank,    id_.local_rank, id_.world_size,
+                        batch,        id_.pid,     id_.host,       std::string(dump_kind_name(kind))};
+}
+
+std::string DumpExecutor::prepare_path(const FilenameTemplate& folder_template, const FilenameTemplate& name,
+                                       const TemplateValues& values) const {
+  namespace fs = std::filesystem;
+  const fs::path folder = folder_template.render(values);
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) throw std::runtime_error(fmt::format("cannot create folder '{}': {}", folder.string(), ec.message()));
+  fs::path path = fs::absolute(folder / name.render(values));
+  if (config_.overwrite || !fs::exists(path)) return path.string();
+  const std::string stem = path.stem().string(), ext = path.extension().string();
+  for (int i = 1;; ++i) {
+    fs::path candidate = path.parent_path() / fmt::format("{}-{}{}", stem, i, ext);
+    if (!fs::exists(candidate)) return candidate.string();
+  }
+}
+
+std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const {
+  return prepare_path(config_.folder, config_.filename, template_values(kind, batch));
+}
+
+void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
+                                    const FrozenHistory& h, MPI_Comm comm) const {
+  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks}, comm);
+}
+
+std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
+                                           std::int64_t batch) const {
+  const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
+  const TemplateValues values = template_values(kind, batch);
+  const RankDump dump{row, h.ring.events, &h.stacks};
+  std::string first_error;
+  try {
+    const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
+    write_archive(path, header, dump);
+    return path;
+  } catch (const std::exception& e) {
+    first_error = e.what();
+  }
+  // The configured folder failed: keep the history anyway, somewhere that is almost always writable.
+  const char* tmp = std::getenv("TMPDIR");
+  const FilenameTemplate fallback(fmt::format("{}/oomflight-{{run_name}}", tmp && *tmp ? tmp : "/tmp"));
+  try {
+    const std::string path = prepare_path(fallback, config_.rank_filename, values);
+    write_archive(path, header, dump);
+    log().warn("{}; wrote the rank-local file to {} instead", first_error, path);
+    return path;
+  } catch (const std::exception& e) {
+    throw ArchiveError(fmt::format("{}; fallback failed too: {}", first_error, e.what()));
+  }
+}
+
+DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
+                                           std::int64_t batch) const {
+  DumpResult r;
+  r.kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
+  r.origin_ranks.assign(header.origin_ranks.begin(), header.origin_ranks.end());
+  r.world_size = id_.world_size;
+  r.batch = batch;
+  r.ranks_written = 1;
+  std::string archive_error;
+  if (id_.world_size == 1) {
+    try {
+      r.path = archive_path(r.kind, batch);
+      write_archive(r.path, header, RankDump{row, h.ring.events, &h.stacks});
+      r.status = DumpResult::Status::archive;
+      return r;
+    } catch (const std::exception& e) {
+      archive_error = e.what();  // the rank-local writer has a fallback folder
+    }
+  }
+  try {
+    r.path = write_rank_local(header, row, h, batch);
+    r.status = DumpResult::Status::rank_local;
+    r.error = archive_error;
+  } catch (const std::exception& e) {
+    r.path.clear();
+    r.status = DumpResult::Status::failed;
+    r.error = archive_error.empty() ? e.what() : fmt::format("{}; {}", archive_error, e.what());
+  }
+  return r;
+}
+
+std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins, std::int64_t batch,
+                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes) {
+  const std::string who = fmt::format("{} {}", origins.size() == 1 ? "rank" : "ranks", fmt::join(origins, ", "));
+  if (kind == DumpKind::oom) {
+    return fmt::format("{} out of memory at batch {} (requested {}, {} free)", who, batch,
+                       format_bytes(requested_bytes), format_bytes(device_free_bytes));
+  }
+  return fmt::format("{} asked for a {} dump at batch {}", who, dump_kind_name(kind), batch);
+}
+
+}  // namespace oomflight

@@ -1,0 +1,71 @@
+// Dump execution (internal to the control wing): where a dump's files go and how a frozen history is written
+// there, collectively or alone, with the fallbacks that keep a frozen history from being lost. The trigger
+// protocol decides whether the ranks agreed; the executor decides what is written where. It is the one place for
+// paths, names and fallbacks, used by the protocol and by the single-process path alike.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oomflight/control/config.hpp"
+#include "oomflight/control/dump_request.hpp"
+#include "oomflight/control/rank_identity.hpp"
+#include "oomflight/format/archive_schema.hpp"
+#include "oomflight/record/recorder.hpp"
+
+namespace oomflight {
+
+class DumpExecutor {
+ public:
+  /// Keeps references: both must outlive the executor.
+  DumpExecutor(const Config& config, const RankIdentity& identity) : config_(config), id_(identity) {}
+
+  /// The /ranks row for a frozen history (offsets and counts are the writer's job). An origin's row carries its
+  /// request (requested bytes, its device free bytes when given, its reason).
+  RankRow rank_row(const FrozenHistory& h, bool is_origin, const DumpRequest& request) const;
+
+  /// Root attributes of a dump of `kind` with the given origins and ranks present.
+  ArchiveHeader header(DumpKind kind, std::string reason, std::vector<std::int32_t> origins,
+                       std::vector<std::int32_t> ranks_present) const;
+
+  /// The archive's absolute path for (kind, batch): renders OOMFLIGHT_FOLDER and OOMFLIGHT_FILENAME, creates the
+  /// folder (like mkdir -p) and, unless OOMFLIGHT_OVERWRITE, picks a name that does not exist yet ("oom.3.h5", then
+  /// "oom.3-1.h5", ...). Absolute, so that every rank opens the same file whatever its working directory.
+  /// Throws std::runtime_error naming the folder when it cannot be created.
+  std::string archive_path(DumpKind kind, std::int64_t batch) const;
+
+  /// Writes `path` together with every rank of `comm` (see write_archive_collective). Throws ArchiveError, on
+  /// every rank together.
+  void write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
+                        const FrozenHistory& h, MPI_Comm comm) const;
+
+  /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
+  /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a
+  /// full disk. Returns the path written. Throws ArchiveError naming both failures when both fail.
+  std::string write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
+                               std::int64_t batch) const;
+
+  /// The archive of a job of one rank, written with POSIX I/O under OOMFLIGHT_FILENAME; when that fails, the
+  /// rank-local file (with its fallback folder). Never throws: the outcome is in the result (status archive,
+  /// rank_local or failed, with the error).
+  DumpResult write_single_rank(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
+                               std::int64_t batch) const;
+
+ private:
+  std::string prepare_path(const FilenameTemplate& folder, const FilenameTemplate& name,
+                           const TemplateValues& values) const;
+  TemplateValues template_values(DumpKind kind, std::int64_t batch) const;
+
+  const Config& config_;
+  const RankIdentity& id_;
+};
+
+/// The one line a dump's origin logs: "rank 2 out of memory at batch 7 (requested 2.00 GiB, 1.31 GiB free)" for
+/// an oom dump, "rank 0 asked for a signal dump at batch 7" for the others; several origins are listed.
+std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins, std::int64_t batch,
+                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes);
+
+}  // namespace oomflight

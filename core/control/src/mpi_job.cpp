@@ -1,0 +1,76 @@
+// Launcher detection, MPI set-up and the rank's identity.
+#include "oomflight/control/mpi_job.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fmt/format.h>
+#include <random>
+#include <stdexcept>
+
+#include "oomflight/base/utc_time.hpp"
+#include "oomflight/format/archive_schema.hpp"
+
+namespace oomflight {
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+// Rank 0's run name, shared with every rank (the name must be one for the whole job).
+std::string shared_run_name(const std::string& configured, int rank, MPI_Comm comm) {
+  char buf[256] = {};
+  if (rank == 0) set_fixed_string(buf, configured.empty() ? generate_run_name() : configured);
+  MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, comm);
+  return fixed_string(buf);
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
+}
+
+bool initialise_mpi_if_needed() {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (initialised) return false;
+  int provided = 0;
+  const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  if (rc != MPI_SUCCESS) throw std::runtime_error(fmt::format("MPI_Init_thread failed (MPI error {})", rc));
+  return true;
+}
+
+void finalise_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::string generate_run_name() {
+  std::random_device rd;
+  return fmt::format("oomflight-{}-{:04x}", utc_now("%Y%m%d-%H%M%S"), rd() & 0xffff);
+}
+
+RankIdentity identify(const Config& config, MPI_Comm comm) {
+  RankIdentity id;
+  id.pid = static_cast<std::int64_t>(getpid());
+  id.host = host_name();
+  if (comm == MPI_COMM_NULL) {
+    id.run_name = config.run_name.empty() ? generate_run_name() : config.run_name;
+    return id;
+  }
+  MPI_Comm_rank(comm, &id.rank);
+  MPI_Comm_size(comm, &id.world_size);
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, id.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &id.local_rank);
+  MPI_Comm_free(&node);
+  id.run_name = shared_run_name(config.run_name, id.rank, comm);
+  return id;
+}
+
+}  // namespace oomflight

@@ -1,0 +1,362 @@
+// The trigger protocol (docs/protocol.md):
+//   1. The origin freezes its ring in the failing thread and sends a trigger to every rank (point to point).
+//   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks run two non-blocking
+//      collectives under one deadline: an allgather of votes (am I an origin, my kind, batch and request) and a
+//      broadcast of the archive path from the lowest origin.
+//   3. All ranks write the archive collectively (the DumpExecutor). If a collective does not complete by the
+//      deadline, the communicator is abandoned and every live rank writes a rank-local file; ranks then tell the
+//      origins they are done, so that an origin does not let its error end the job before the others wrote.
+#include "trigger_protocol.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <fmt/format.h>
+
+#include "oomflight/base/log.hpp"
+#include "oomflight/base/units.hpp"
+#include "oomflight/record/clock.hpp"
+
+namespace oomflight {
+namespace {
+
+using protocol::kTagDone;
+using protocol::kTagTrigger;
+using protocol::TriggerMessage;
+using protocol::Vote;
+
+std::int64_t to_ns(std::chrono::milliseconds ms) { return static_cast<std::int64_t>(ms.count()) * 1'000'000; }
+
+double seconds_since(std::int64_t start_ns) { return static_cast<double>(monotonic_ns() - start_ns) / 1e9; }
+
+// The request of a rank that is an origin because its ring holds an oom event no dump has reported.
+DumpRequest request_from_oom_event(const FrozenHistory& h) {
+  for (auto it = h.ring.events.rbegin(); it != h.ring.events.rend(); ++it) {
+    if (it->action == Action::oom) {
+      DumpRequest r;
+      r.reason = fmt::format("out of memory at batch {}: tried to allocate {} with {} free", it->batch,
+                             format_bytes(it->size), format_bytes(it->addr));
+      r.requested_bytes = it->size;
+      r.device_free_bytes = it->addr;
+      r.device = it->device;
+      return r;
+    }
+  }
+  DumpRequest r;
+  r.reason = "out of memory (the oom event is no longer in the ring)";
+  return r;
+}
+
+// Messages must outlive their MPI_Isend; they are tiny and rare, so they are kept for the process.
+std::deque<std::array<std::int64_t, 3>>& outgoing_messages() {
+  static std::deque<std::array<std::int64_t, 3>> messages;
+  return messages;
+}
+
+}  // namespace
+
+TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& identity, Recorder& recorder,
+                                 const DumpExecutor& executor, MPI_Comm comm)
+    : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
+  MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
+  watcher_ = std::thread([this] { watch(); });
+}
+
+TriggerProtocol::~TriggerProtocol() { shutdown(); }
+
+void TriggerProtocol::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  wake_.notify_all();
+  done_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  if (trigger_request_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&trigger_request_);
+    MPI_Wait(&trigger_request_, MPI_STATUS_IGNORE);
+  }
+  // A communicator with an abandoned collective on it must not be freed (the collective still refers to it).
+  if (!broken_) MPI_Comm_free(&comm_);
+}
+
+DumpResult TriggerProtocol::request(const DumpRequest& request) {
+  std::unique_lock lock(mutex_);
+  if (stop_) {
+    DumpResult r;
+    r.kind = request.kind;
+    r.error = "the oomflight session was already shut down";
+    return r;
+  }
+  std::int64_t target = 0;
+  if (active_ && active_is_origin_) {
+    target = epoch_;  // the dump under way already counts this rank as an origin
+  } else if (pending_) {
+    target = pending_epoch_;  // another thread of this process asked first: share its dump
+  } else {
+    // Freeze at once: later events must not push history out.
+    FrozenHistory h = recorder_.freeze(request.device);
+    if (request.batch >= 0) h.batch = request.batch;
+    pending_ = Pending{std::move(h), request};
+    pending_epoch_ = active_ ? epoch_ + 1 : epoch_;
+    target = pending_epoch_;
+    wake_.notify_one();
+  }
+  const bool finished = done_.wait_for(lock, 3 * config_.dump_timeout, [&] { return stop_ || epoch_ > target; });
+  if (!finished || epoch_ <= target) {
+    DumpResult r;
+    r.kind = request.kind;
+    r.error = fmt::format("the dump did not finish within {} (3 x OOMFLIGHT_DUMP_TIMEOUT); giving up waiting",
+                          format_seconds(3 * config_.dump_timeout.count() / 1000.0));
+    log().error("{}", r.error);
+    return r;
+  }
+  return last_result_;
+}
+
+void TriggerProtocol::watch() {
+  for (;;) {
+    bool local = false;
+    {
+      std::unique_lock lock(mutex_);
+      // Sleep, not spin: an idle watcher costs one wake-up per poll interval.
+      wake_.wait_for(lock, config_.poll_interval, [&] { return stop_ || pending_.has_value(); });
+      if (stop_) return;
+      local = pending_.has_value() && pending_epoch_ <= epoch_;
+    }
+    const bool remote = poll_trigger_message();
+    if (local || remote) run_dump();
+  }
+}
+
+bool TriggerProtocol::poll_trigger_message() {
+  int arrived = 0;
+  MPI_Test(&trigger_request_, &arrived, MPI_STATUS_IGNORE);
+  if (!arrived) return false;
+  const TriggerMessage msg = incoming_;
+  MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
+  if (msg.epoch < epoch_) return false;  // a second origin's trigger for a dump that is already written
+  if (heard_origins_.empty() && msg.kind >= 0 && msg.kind < kDumpKindCount) heard_kind_ = static_cast<DumpKind>(msg.kind);
+  heard_origins_.insert(msg.origin);
+  if (heard_batch_ < 0) heard_batch_ = msg.batch;
+  return true;
+}
+
+void TriggerProtocol::send_triggers(std::int64_t batch, DumpKind kind) {
+  auto& msg = outgoing_messages().emplace_back();
+  const TriggerMessage m{epoch_, batch, id_.rank, static_cast<std::int32_t>(kind)};
+  std::memcpy(msg.data(), &m, sizeof(m));
+  for (int r = 0; r < id_.world_size; ++r) {
+    if (r == id_.rank) continue;
+    MPI_Request request;
+    MPI_Isend(msg.data(), sizeof(m), MPI_BYTE, r, kTagTrigger, comm_, &request);
+    MPI_Request_free(&request);  // completes on its own; the buffer lives in outgoing_messages()
+  }
+}
+
+bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns) {
+  for (;;) {
+    int complete = 0;
+    MPI_Test(&request, &complete, MPI_STATUS_IGNORE);
+    if (complete) return true;
+    if (monotonic_ns() > deadline_ns) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void TriggerProtocol::run_dump() {
+  const std::int64_t start = monotonic_ns();
+  bool is_origin = false;
+  DumpRequest request;
+  FrozenHistory h;
+  {
+    std::lock_guard lock(mutex_);
+    active_ = true;
+    if (pending_ && pending_epoch_ <= epoch_) {
+      is_origin = true;
+      h = std::move(pending_->history);
+      request = std::move(pending_->request);
+      pending_.reset();
+    }
+  }
+  if (!is_origin) {
+    h = recorder_.freeze();
+    // An oom event no dump has reported makes this rank an origin even if its request comes later: two
+    // ranks that fail at the same moment are both named, whatever order their messages arrive in.
+    if (h.oom_events > oom_events_covered_) {
+      is_origin = true;
+      request = request_from_oom_event(h);
+    }
+  }
+  if (is_origin) oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
+  {
+    std::lock_guard lock(mutex_);
+    active_is_origin_ = is_origin;
+  }
+  if (is_origin && !broken_) send_triggers(h.batch, request.kind);
+  DumpResult result = broken_ ? fall_back(h, is_origin, request, start, "an earlier dump left the ranks out of step")
+                              : agree_and_write(h, is_origin, request, start + to_ns(config_.dump_timeout), start);
+  finish(std::move(result));
+}
+
+DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                            std::int64_t deadline_ns, std::int64_t start_ns) {
+  const int size = id_.world_size;
+  Vote mine;
+  mine.is_origin = is_origin ? 1 : 0;
+  mine.rank = id_.rank;
+  mine.batch = h.batch;
+  mine.requested_bytes = request.requested_bytes;
+  mine.device_free_bytes = request.device_free_bytes;
+  mine.device = h.device;
+  mine.kind = static_cast<std::int32_t>(request.kind);
+  set_fixed_string(mine.reason, request.reason);
+  std::vector<Vote> votes(static_cast<std::size_t>(size));
+  MPI_Request pending;
+  MPI_Iallgather(&mine, sizeof(Vote), MPI_BYTE, votes.data(), sizeof(Vote), MPI_BYTE, comm_, &pending);
+  const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
+  if (!wait_for(pending, deadline_ns)) {
+    broken_ = true;
+    return fall_back(h, is_origin, request, start_ns,
+                     fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text));
+  }
+  std::vector<std::int32_t> origins;
+  std::string reason;
+  for (const auto& v : votes) {
+    if (!v.is_origin) continue;
+    origins.push_back(v.rank);
+    reason += fmt::format("{}rank {}: {}", reason.empty() ? "" : "\n", v.rank, fixed_string(v.reason));
+  }
+  if (origins.empty()) origins.push_back(heard_origins_.empty() ? 0 : *heard_origins_.begin());
+  const Vote& lowest = votes[static_cast<std::size_t>(origins.front())];
+  const std::int64_t batch = lowest.batch;
+  const auto kind = lowest.kind >= 0 && lowest.kind < kDumpKindCount ? static_cast<DumpKind>(lowest.kind)
+                                                                      : DumpKind::oom;
+
+  char path[4096] = {};
+  if (id_.rank == lowest.rank) {
+    try {
+      set_fixed_string(path, executor_.archive_path(kind, batch));
+    } catch (const std::exception& e) {
+      log().error("{}", e.what());  // an empty path tells every rank to fall back
+    }
+  }
+  MPI_Ibcast(path, sizeof(path), MPI_CHAR, lowest.rank, comm_, &pending);
+  if (!wait_for(pending, deadline_ns)) {
+    broken_ = true;
+    return fall_back(h, is_origin, request, start_ns,
+                     fmt::format("the archive's path did not reach every rank within {}", timeout_text));
+  }
+  if (path[0] == '\0') {
+    return fall_back(h, is_origin, request, start_ns, "the archive's folder could not be created", origins);
+  }
+
+  std::vector<std::int32_t> present(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
+  const ArchiveHeader header = executor_.header(kind, reason, origins, present);
+  const RankRow row = executor_.rank_row(h, is_origin, request);
+  try {
+    executor_.write_collective(path, header, row, h, comm_);
+  } catch (const std::exception& e) {
+    return fall_back(h, is_origin, request, start_ns, e.what(), origins);  // every rank throws together
+  }
+  DumpResult r;
+  r.status = DumpResult::Status::archive;
+  r.kind = kind;
+  r.path = path;
+  r.origin_ranks.assign(origins.begin(), origins.end());
+  r.ranks_written = size;
+  r.world_size = size;
+  r.batch = batch;
+  r.seconds = seconds_since(start_ns);
+  if (id_.rank == lowest.rank) {
+    log().info("{}; archive {} written by {} of {} ranks in {}",
+               dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes), r.path, size,
+               size, format_seconds(r.seconds));
+  }
+  return r;
+}
+
+DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                      std::int64_t start_ns, const std::string& why,
+                                      std::vector<std::int32_t> origins) {
+  // Without an agreement, the origins this rank knows of are the senders of the triggers it received.
+  origins.insert(origins.end(), heard_origins_.begin(), heard_origins_.end());
+  if (is_origin && std::find(origins.begin(), origins.end(), id_.rank) == origins.end()) origins.push_back(id_.rank);
+  std::sort(origins.begin(), origins.end());
+  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
+  const bool heard = !is_origin && !heard_origins_.empty();
+  const std::int64_t batch = heard && heard_batch_ >= 0 ? heard_batch_ : h.batch;
+  const DumpKind kind = heard ? heard_kind_ : request.kind;
+  const std::string reason = is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "";
+  const ArchiveHeader header = executor_.header(kind, reason, origins, {id_.rank});
+  const RankRow row = executor_.rank_row(h, is_origin, request);
+  DumpResult r;
+  r.kind = kind;
+  r.origin_ranks.assign(origins.begin(), origins.end());
+  r.world_size = id_.world_size;
+  r.batch = batch;
+  r.error = why;
+  try {
+    r.path = executor_.write_rank_local(header, row, h, batch);
+    r.status = DumpResult::Status::rank_local;
+    r.ranks_written = 1;
+    log().warn("{}; wrote this rank's history to the rank-local file {}", why, r.path);
+  } catch (const std::exception& e) {
+    r.status = DumpResult::Status::failed;
+    r.error = fmt::format("{}; and the rank-local file failed: {}", why, e.what());
+    log().error("{}", r.error);
+  }
+  exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
+  r.seconds = seconds_since(start_ns);
+  return r;
+}
+
+void TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
+                                    std::int64_t deadline_ns) {
+  auto& msg = outgoing_messages().emplace_back();
+  msg[0] = epoch_;
+  for (int origin : origins) {
+    if (origin == id_.rank) continue;
+    MPI_Request request;
+    MPI_Isend(msg.data(), 1, MPI_INT64_T, origin, kTagDone, comm_, &request);
+    MPI_Request_free(&request);
+  }
+  if (!is_origin) return;
+  // An origin's error ends the job: give every other rank until the deadline to finish its own file.
+  const int others = id_.world_size - 1;
+  int done = 0;
+  while (done < others && monotonic_ns() < deadline_ns) {
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kTagDone, comm_, &arrived, &status);
+    if (!arrived) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    std::int64_t epoch = 0;
+    MPI_Recv(&epoch, 1, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
+    if (epoch == epoch_) ++done;
+  }
+  if (done < others) {
+    log().warn("{} of {} other ranks reported their rank-local file before the deadline", done, others);
+  }
+}
+
+void TriggerProtocol::finish(DumpResult result) {
+  {
+    std::lock_guard lock(mutex_);
+    last_result_ = std::move(result);
+    ++epoch_;
+    active_ = false;
+    active_is_origin_ = false;
+    heard_origins_.clear();
+    heard_batch_ = -1;
+    heard_kind_ = DumpKind::oom;
+  }
+  done_.notify_all();
+}
+
+}  // namespace oomflight

@@ -1,0 +1,84 @@
+// The trigger protocol (internal to the control wing): a watcher thread on a duplicated communicator that
+// receives dump triggers, agrees with every rank on one archive within a deadline, and hands the writing to the
+// DumpExecutor. Messages, votes, epochs and the DONE handshake live here; paths, files and fallbacks do not.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "dump_executor.hpp"
+#include "oomflight/control/config.hpp"
+#include "oomflight/control/dump_request.hpp"
+#include "oomflight/control/rank_identity.hpp"
+#include "oomflight/record/recorder.hpp"
+#include "protocol_messages.hpp"
+
+namespace oomflight {
+
+class TriggerProtocol {
+ public:
+  /// Collective over `comm` (already duplicated for us; we own it). Posts the trigger receive and starts the
+  /// watcher thread. References must outlive the protocol.
+  TriggerProtocol(const Config& config, const RankIdentity& identity, Recorder& recorder,
+                  const DumpExecutor& executor, MPI_Comm comm);
+  ~TriggerProtocol();
+
+  /// Freezes this rank's history at once, asks every rank to dump, and returns when the archive is closed, the
+  /// rank-local fallback is written, or 3 x dump_timeout has passed. Thread-safe; concurrent requests of one
+  /// process join the same dump when they can.
+  DumpResult request(const DumpRequest& request);
+
+  /// Stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
+  void shutdown();
+
+ private:
+  struct Pending {
+    FrozenHistory history;
+    DumpRequest request;
+  };
+
+  void watch();
+  bool poll_trigger_message();
+  void run_dump();
+  void send_triggers(std::int64_t batch, DumpKind kind);
+  bool wait_for(MPI_Request& request, std::int64_t deadline_ns);
+  DumpResult agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t deadline_ns,
+                             std::int64_t start_ns);
+  DumpResult fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t start_ns,
+                       const std::string& why, std::vector<std::int32_t> origins = {});
+  void exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
+  void finish(DumpResult result);
+
+  const Config& config_;
+  const RankIdentity& id_;
+  Recorder& recorder_;
+  const DumpExecutor& executor_;
+  MPI_Comm comm_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;   // the watcher waits here between polls
+  std::condition_variable done_;   // requesting threads wait here for their dump
+  bool stop_ = false;
+  std::optional<Pending> pending_;       // a local request not yet taken by the watcher
+  std::int64_t pending_epoch_ = 0;       // the dump the pending request belongs to
+  std::int64_t epoch_ = 0;               // dumps completed
+  bool active_ = false;                  // a dump is under way
+  bool active_is_origin_ = false;
+  DumpResult last_result_;
+  std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
+  bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
+
+  MPI_Request trigger_request_ = MPI_REQUEST_NULL;
+  protocol::TriggerMessage incoming_{};
+  std::set<int> heard_origins_;  // origins named by trigger messages in this dump
+  std::int64_t heard_batch_ = -1;
+  DumpKind heard_kind_ = DumpKind::oom;
+  std::thread watcher_;
+};
+
+}  // namespace oomflight

@@ -1,0 +1,139 @@
+// The archive's schema (v1): the one definition shared by the writer, the reader, the analysis, the exporters
+// and the tests (as Darshan shares its log-format headers between writer and reader). docs/archive-format.md is
+// the contract this header implements. It depends on the event alone: no HDF5, no MPI, no recorder.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oomflight/api.h"
+#include "oomflight/record/event.hpp"
+
+namespace oomflight {
+
+/// Thrown when an archive cannot be written or read; the message names the file and what failed.
+struct ArchiveError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Schema version written into the root attribute `schema_version`. Bump on any incompatible change.
+inline constexpr int kSchemaVersion = 1;
+
+/// Dataset names at the root of the file.
+namespace dataset {
+inline constexpr const char* events = "events";              ///< Event rows, rank after rank
+inline constexpr const char* ranks = "ranks";                ///< RankRow, one per rank present, by rank
+inline constexpr const char* stacks = "stacks";              ///< StackRecord, global frame_offset
+inline constexpr const char* stack_frames = "stack_frames";  ///< uint32 global frame index, innermost first
+inline constexpr const char* frames = "frames";              ///< FrameRecord, global string ids
+inline constexpr const char* strings = "strings";            ///< StringRow: offset, length into string_data
+inline constexpr const char* string_data = "string_data";    ///< uint8: UTF-8 bytes, not terminated
+}  // namespace dataset
+
+/// Why an archive was written: the root attribute `kind`. One dump path serves every kind.
+enum class DumpKind : std::uint8_t {
+  oom = 0,       ///< a rank ran out of memory
+  snapshot = 1,  ///< a schedule's window closed (skip_batches / interval)
+  signal = 2,    ///< asked for on demand (SIGUSR1, or the API)
+  exit = 3,      ///< the job is being torn down
+};
+
+/// Number of DumpKind values; valid values are 0 .. kDumpKindCount - 1.
+inline constexpr int kDumpKindCount = 4;
+
+/// The kind's name as the archive's `kind` attribute and the {kind} filename placeholder spell it: "oom",
+/// "snapshot", "signal", "exit" ("unknown" for a value out of range). Thread-safe; static storage.
+OOMFLIGHT_API std::string_view dump_kind_name(DumpKind kind);
+
+/// Parses a kind's name (exact, lower case). Returns nothing for an unknown name.
+OOMFLIGHT_API std::optional<DumpKind> dump_kind_from_name(std::string_view name);
+
+/// One row of /stacks: frames /stack_frames[frame_offset .. frame_offset + frame_count), innermost first.
+struct StackRow {
+  std::uint64_t frame_offset = 0;
+  std::uint32_t frame_count = 0;
+  std::uint32_t reserved = 0;  ///< padding, not a member of the HDF5 type
+};
+
+/// One row of /frames: function and file are rows of /strings; line 0 means unknown.
+struct FrameRow {
+  std::uint32_t function = 0;
+  std::uint32_t file = 0;
+  std::int32_t line = 0;
+};
+
+/// One string of the string table: bytes string_data[offset .. offset + length).
+struct StringRow {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+/// One row of /ranks: a rank's state at the trigger and where its rows lie in the shared datasets.
+/// All ids inside the shared datasets are global (already offset), so readers need these offsets only to
+/// select one rank's rows.
+struct RankRow {
+  std::int32_t rank = 0;
+  std::int32_t local_rank = 0;
+  std::int32_t device = 0;
+  std::int32_t is_origin = 0;               ///< 1 when this rank ran out of memory (or asked for the dump)
+  std::int64_t pid = 0;
+  std::int64_t batch = -1;                  ///< batch at the trigger
+  std::uint64_t allocated_bytes = 0;        ///< at the trigger
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t peak_allocated_bytes = 0;
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t device_capacity_bytes = 0;  ///< 0: unknown
+  std::uint64_t device_free_bytes = 0;      ///< at the trigger; 0: unknown
+  std::uint64_t oom_requested_bytes = 0;    ///< origin: the allocation that failed; else 0
+  std::uint64_t event_offset = 0;           ///< first row of this rank in /events
+  std::uint64_t event_count = 0;
+  std::uint64_t events_recorded = 0;        ///< events ever offered to the ring
+  std::uint64_t overwritten = 0;            ///< pushed out of the ring by newer events
+  std::uint64_t dropped = 0;                ///< given up by a writer (slot busy a whole lap)
+  std::uint64_t unreadable = 0;             ///< in the window but being written during the freeze
+  std::uint64_t stack_offset = 0;
+  std::uint64_t stack_count = 0;
+  std::uint64_t frame_offset = 0;
+  std::uint64_t frame_count = 0;
+  std::uint64_t string_offset = 0;
+  std::uint64_t string_count = 0;
+  std::int64_t freeze_t_ns = 0;             ///< monotonic ns when the ring was copied
+  std::int64_t anchor_monotonic_ns = 0;     ///< CLOCK_MONOTONIC and CLOCK_REALTIME read back to back:
+  std::int64_t anchor_realtime_ns = 0;      ///< utc_ns(t) = t - anchor_monotonic_ns + anchor_realtime_ns
+  char host[64] = {};                       ///< NUL-padded
+  char reason[256] = {};                    ///< origin: why it dumped (the error message); NUL-padded
+};
+
+/// Root attributes.
+struct ArchiveHeader {
+  int schema_version = kSchemaVersion;
+  std::string producer;                 ///< "oomflight 0.1.0"
+  std::string run_name;
+  std::string kind;                     ///< dump_kind_name() of a DumpKind; readers keep unknown names as text
+  std::string created_at_utc;           ///< ISO 8601, e.g. "2026-11-21T10:15:02Z"
+  std::string reason;                   ///< one line per origin: "rank 2: CUDA out of memory. ..."
+  std::vector<std::int32_t> origin_ranks;
+  std::int32_t world_size = 1;
+  std::vector<std::int32_t> ranks_present;
+};
+
+/// Copies `text` into a fixed NUL-padded field, cutting it if it is too long.
+template <std::size_t N>
+void set_fixed_string(char (&field)[N], std::string_view text) {
+  const std::size_t n = text.size() < N - 1 ? text.size() : N - 1;
+  for (std::size_t i = 0; i < N; ++i) field[i] = i < n ? text[i] : '\0';
+}
+
+/// Reads a fixed NUL-padded field.
+template <std::size_t N>
+std::string fixed_string(const char (&field)[N]) {
+  std::size_t n = 0;
+  while (n < N && field[n] != '\0') ++n;
+  return std::string(field, n);
+}
+
+}  // namespace oomflight

@@ -1,0 +1,75 @@
+// PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()`), decoded from the strict pickle reader's
+// values. Field names follow torch/cuda/memory.py (`_snapshot`'s documented dict layout) and
+// c10/cuda/CUDACachingAllocator.h (`TraceEntry`, `SegmentInfo`, `BlockInfo`).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "oomflight/record/event.hpp"
+#include "oomflight/api.h"
+#include "oomflight/format/pickle.hpp"
+#include "oomflight/record/stack_table.hpp"
+
+namespace oomflight {
+
+/// Thrown for a pickle that is valid but not a memory snapshot; the message names the field at fault
+/// ("device_traces[0][12]: 'size' is missing").
+struct SnapshotError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One entry of a device trace. Bytes; time_us is -1 when the snapshot has none (older PyTorch).
+struct TraceEntry {
+  Action action = Action::alloc;
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  std::int64_t time_us = -1;
+  std::int32_t stack_id = kNoStack;  ///< in the StackTable given to the decoder
+};
+
+/// A block of a segment at the time of the snapshot. state: "active_allocated", "active_pending_free",
+/// "inactive".
+struct SnapshotBlock {
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uint64_t requested_size = 0;
+  std::string state;
+  std::int32_t stack_id = kNoStack;
+  bool live() const { return state != "inactive"; }
+};
+
+/// A segment (one cudaMalloc, or an expandable segment) at the time of the snapshot.
+struct SnapshotSegment {
+  int device = 0;
+  std::uint64_t address = 0;
+  std::uint64_t total_size = 0;
+  std::uint64_t allocated_size = 0;
+  std::uint64_t active_size = 0;
+  std::uint64_t stream = 0;
+  std::string segment_type;  ///< "large" or "small"
+  bool is_expandable = false;
+  std::vector<SnapshotBlock> blocks;
+};
+
+/// A decoded snapshot: the allocator's state at the dump (`segments`) and the trace that led there.
+struct TorchSnapshot {
+  std::vector<SnapshotSegment> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  ///< one trace per device, oldest first
+  bool has_allocator_settings = false;
+  bool has_time_us = false;
+  std::size_t skipped_unknown_actions = 0;  ///< trace entries with an action this version does not know
+};
+
+/// Decodes a snapshot from its pickle root. Frames become interned stacks in `stacks` (innermost first).
+/// Throws SnapshotError naming the missing or mistyped field.
+OOMFLIGHT_API TorchSnapshot decode_torch_snapshot(const pickle::Value& root, StackTable& stacks);
+
+/// Reads and decodes a snapshot file. Throws std::runtime_error (unreadable file), pickle::PickleError (refused
+/// pickle) or SnapshotError, each message starting with the path.
+OOMFLIGHT_API TorchSnapshot read_torch_snapshot(const std::string& path, StackTable& stacks);
+
+}  // namespace oomflight

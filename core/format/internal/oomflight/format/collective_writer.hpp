@@ -1,0 +1,26 @@
+// The collective archive writer (internal to liboomflight: it takes an MPI communicator, and no installed header
+// may include <mpi.h>).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "oomflight/format/archive_writer.hpp"
+
+namespace oomflight {
+
+/// Writes `path` with parallel HDF5 over MPI-IO, every rank of `comm` together.
+///
+/// Every rank of `comm` must call this with the same `path` and `header`; ranks_present in the header must be the
+/// communicator's ranks in order (row i of /ranks is written by comm rank i). One MPI_Allgather of row counts
+/// gives each rank its offsets; each dataset is created once and written with one collective hyperslab write.
+/// Every rank takes part in every collective call even after a local failure, and all ranks agree on success
+/// before returning (as Darshan's shutdown does), so every rank returns or throws together.
+/// With `comm` == MPI_COMM_NULL it is write_archive(): one rank, POSIX I/O, no MPI call.
+///
+/// Throws ArchiveError naming the file and the step that failed. Call it from one thread.
+void write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                              MPI_Comm comm);
+
+}  // namespace oomflight

@@ -1,0 +1,103 @@
+// Builds the compound and enumeration types of schema v1 from the C++ rows, so that the memory layout and
+// the file layout cannot drift apart.
+#include "h5_types.hpp"
+
+#include <cstddef>
+#include <string>
+
+#include "oomflight/format/archive_schema.hpp"
+
+namespace oomflight::h5 {
+
+Handle fixed_string_type(std::size_t size) {
+  Handle t = type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t, size == 0 ? 1 : size);
+  H5Tset_strpad(t, H5T_STR_NULLPAD);
+  return t;
+}
+
+Handle action_enum_type() {
+  Handle t = type(H5Tenum_create(H5T_NATIVE_UINT8));
+  for (int i = 0; i < kActionCount; ++i) {
+    const auto value = static_cast<std::uint8_t>(i);
+    H5Tenum_insert(t, std::string(action_name(static_cast<Action>(i))).c_str(), &value);
+  }
+  return t;
+}
+
+Handle event_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(Event)));
+  H5Tinsert(t, "t_ns", offsetof(Event, t_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t, "addr", offsetof(Event, addr), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "size", offsetof(Event, size), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "stream", offsetof(Event, stream), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "batch", offsetof(Event, batch), H5T_NATIVE_INT64);
+  H5Tinsert(t, "stack_id", offsetof(Event, stack_id), H5T_NATIVE_INT32);
+  H5Tinsert(t, "device", offsetof(Event, device), H5T_NATIVE_INT16);
+  auto action = action_enum_type();
+  H5Tinsert(t, "action", offsetof(Event, action), action);
+  return t;
+}
+
+Handle rank_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(RankRow)));
+#define OOMFLIGHT_FIELD(name, h5type) H5Tinsert(t, #name, offsetof(RankRow, name), h5type)
+  OOMFLIGHT_FIELD(rank, H5T_NATIVE_INT32);
+  OOMFLIGHT_FIELD(local_rank, H5T_NATIVE_INT32);
+  OOMFLIGHT_FIELD(device, H5T_NATIVE_INT32);
+  OOMFLIGHT_FIELD(is_origin, H5T_NATIVE_INT32);
+  OOMFLIGHT_FIELD(pid, H5T_NATIVE_INT64);
+  OOMFLIGHT_FIELD(batch, H5T_NATIVE_INT64);
+  OOMFLIGHT_FIELD(allocated_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(reserved_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(peak_allocated_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(peak_reserved_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(device_capacity_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(device_free_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(oom_requested_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(event_offset, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(event_count, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(events_recorded, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(overwritten, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(dropped, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(unreadable, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(stack_offset, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(stack_count, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(frame_offset, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(frame_count, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(string_offset, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(string_count, H5T_NATIVE_UINT64);
+  OOMFLIGHT_FIELD(freeze_t_ns, H5T_NATIVE_INT64);
+  OOMFLIGHT_FIELD(anchor_monotonic_ns, H5T_NATIVE_INT64);
+  OOMFLIGHT_FIELD(anchor_realtime_ns, H5T_NATIVE_INT64);
+#undef OOMFLIGHT_FIELD
+  auto host = fixed_string_type(sizeof(RankRow::host));
+  H5Tinsert(t, "host", offsetof(RankRow, host), host);
+  auto reason = fixed_string_type(sizeof(RankRow::reason));
+  H5Tinsert(t, "reason", offsetof(RankRow, reason), reason);
+  return t;
+}
+
+Handle stack_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(StackRow)));
+  H5Tinsert(t, "frame_offset", offsetof(StackRow, frame_offset), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "frame_count", offsetof(StackRow, frame_count), H5T_NATIVE_UINT32);
+  return t;
+}
+
+Handle frame_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(FrameRow)));
+  H5Tinsert(t, "function", offsetof(FrameRow, function), H5T_NATIVE_UINT32);
+  H5Tinsert(t, "file", offsetof(FrameRow, file), H5T_NATIVE_UINT32);
+  H5Tinsert(t, "line", offsetof(FrameRow, line), H5T_NATIVE_INT32);
+  return t;
+}
+
+Handle string_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(StringRow)));
+  H5Tinsert(t, "offset", offsetof(StringRow, offset), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "length", offsetof(StringRow, length), H5T_NATIVE_UINT64);
+  return t;
+}
+
+}  // namespace oomflight::h5

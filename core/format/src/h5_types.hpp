@@ -1,0 +1,19 @@
+// HDF5 types of the archive's datasets (internal to the format wing): used by both the writer and the reader.
+#pragma once
+
+#include "h5_handle.hpp"
+
+namespace oomflight::h5 {
+
+/// Enumeration over uint8 whose member names are the Action names (alloc, free_requested, ...).
+Handle action_enum_type();
+/// Compound type of Event (48 bytes; the reserved byte is not a member).
+Handle event_type();
+Handle rank_row_type();
+Handle stack_row_type();
+Handle frame_row_type();
+Handle string_row_type();
+/// Fixed-length NUL-padded string of `size` bytes (at least 1).
+Handle fixed_string_type(std::size_t size);
+
+}  // namespace oomflight::h5

@@ -1,0 +1,113 @@
+// The recorder: a rank's ring, its stack table, its batch counter and its memory gauges (one set per device).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <span>
+
+#include "oomflight/api.h"
+#include "oomflight/record/clock.hpp"
+#include "oomflight/record/event.hpp"
+#include "oomflight/record/ring.hpp"
+#include "oomflight/record/stack_table.hpp"
+
+namespace oomflight {
+
+/// One device's memory as the source (allocator, simulator) last reported it. Bytes. "Allocated" and
+/// "reserved" as PyTorch's caching allocator defines them (torch.cuda.memory_allocated / memory_reserved).
+struct MemoryStats {
+  std::uint64_t allocated_bytes = 0;       ///< in live blocks
+  std::uint64_t reserved_bytes = 0;        ///< in segments the allocator holds (allocated + cached)
+  std::uint64_t peak_allocated_bytes = 0;
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t device_capacity_bytes = 0; ///< 0 when unknown
+  std::uint64_t device_free_bytes = 0;     ///< as the driver reports it; 0 when unknown
+};
+
+/// Devices whose gauges a recorder keeps: ordinals 0 .. kMaxDevices - 1 (one node's GPUs with a wide margin).
+inline constexpr int kMaxDevices = 64;
+
+/// Everything a dump needs from one rank, copied at the moment of the trigger.
+struct FrozenHistory {
+  RingCopy ring;
+  StackTableCopy stacks;
+  int device = 0;                     ///< the device whose gauges `memory` holds
+  MemoryStats memory;
+  std::int64_t batch = -1;
+  std::uint64_t oom_events = 0;       ///< oom events recorded up to the freeze
+  std::int64_t freeze_t_ns = 0;       ///< monotonic ns
+  std::int64_t anchor_monotonic_ns = 0;  ///< taken back to back with anchor_realtime_ns
+  std::int64_t anchor_realtime_ns = 0;
+};
+
+/// Records events into the ring. One per process.
+///
+/// Thread-safety: record(), mark_batch() and set_memory() are safe from any thread and lock-free (record() is
+/// the ring's push plus a clock read); intern_stack() takes the stack table's mutex; freeze() may run
+/// concurrently with all of them.
+class OOMFLIGHT_API Recorder {
+ public:
+  /// Keeps the newest `max_entries` events. Throws std::invalid_argument when max_entries is outside
+  /// 1 .. 2^30, std::bad_alloc when the ring (64 bytes per slot) cannot be allocated.
+  explicit Recorder(std::size_t max_entries);
+
+  /// Records an event stamped now with the current batch. Returns false if the ring dropped it (see Ring::push).
+  /// Units as in Event. Wait-free: no allocation, lock or system call.
+  bool record(Action action, std::int16_t device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+              std::int32_t stack_id = kNoStack) noexcept {
+    if (action == Action::oom) oom_events_.fetch_add(1, std::memory_order_relaxed);
+    Event e;
+    e.t_ns = monotonic_ns();
+    e.addr = addr;
+    e.size = size;
+    e.stream = stream;
+    e.batch = batch_.load(std::memory_order_relaxed);
+    e.stack_id = stack_id;
+    e.device = device;
+    e.action = action;
+    return ring_.push(e);
+  }
+
+  /// Starts batch `batch` (>= 0) and records a `step` event for it.
+  void mark_batch(std::int64_t batch) noexcept;
+
+  /// The current batch, -1 before the first mark_batch().
+  std::int64_t batch() const noexcept { return batch_.load(std::memory_order_relaxed); }
+
+  /// Interns a stack (innermost frame first) for use as an event's stack_id. Throws as StackTable::intern.
+  std::int32_t intern_stack(std::span<const FrameRef> frames) { return stacks_.intern(frames); }
+
+  /// Publishes one device's memory figures (relaxed atomic stores; cheap enough to call after every event) and
+  /// makes it the current device. Returns false, and stores nothing, for a device outside 0 .. kMaxDevices - 1.
+  bool set_memory(int device, const MemoryStats& stats) noexcept;
+  /// The figures last published for `device` (zeros when none, or when the device is out of range).
+  MemoryStats memory(int device) const noexcept;
+  /// The device that published gauges last; 0 before any did.
+  int current_device() const noexcept { return current_device_.load(std::memory_order_relaxed); }
+
+  /// Number of oom events recorded so far.
+  std::uint64_t oom_events() const noexcept { return oom_events_.load(std::memory_order_relaxed); }
+
+  /// Copies the history (ring, stacks, the gauges of `device`, or of current_device() when `device` is outside
+  /// 0 .. kMaxDevices - 1) without stopping writers. Allocates (~1 ms per 100k events); throws std::bad_alloc.
+  FrozenHistory freeze(int device = -1) const;
+
+  const Ring& ring() const noexcept { return ring_; }
+  /// The stack table, for sources that intern whole batches of stacks (the snapshot decoder).
+  StackTable& stacks() noexcept { return stacks_; }
+
+ private:
+  struct Gauges {
+    std::atomic<std::uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0}, capacity{0}, free{0};
+  };
+
+  Ring ring_;
+  StackTable stacks_;
+  std::atomic<std::int64_t> batch_{-1};
+  std::atomic<std::uint64_t> oom_events_{0};
+  std::atomic<int> current_device_{0};
+  std::array<Gauges, kMaxDevices> gauges_;
+};
+
+}  // namespace oomflight

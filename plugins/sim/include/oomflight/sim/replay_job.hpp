@@ -1,0 +1,36 @@
+// The replay job: a stand-in for a data-parallel training job, for demos and tests. Each rank replays a real
+// PyTorch memory trace on a simulated device, one loop per batch, and joins an MPI_Allreduce on MPI_COMM_WORLD
+// after each loop, as gradient all-reduce does. A rank that runs out of memory asks oomflight for the
+// coordinated dump and fails, while the others wait in the collective, as real ranks wait in NCCL.
+//
+// It reaches oomflight only through the C API (oomflight/oomflight.h), as every plugin does: the simulated
+// device's events, stacks and gauges go through oomflight_record, oomflight_intern_stack and oomflight_set_memory.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace oomflight::sim {
+
+struct ReplayOptions {
+  std::string trace;                                     ///< a torch.cuda.memory._dump_snapshot() pickle
+  std::uint64_t device_memory_bytes = 0;                 ///< every rank's simulated device capacity, bytes
+  std::map<int, std::uint64_t> rank_device_memory_bytes; ///< capacities for single ranks, bytes
+  int steps = 1;                                         ///< loops of the trace, one batch each (>= 1)
+};
+
+/// Exit codes of run_replay_job, as a training script's would be.
+enum ReplayExit : int {
+  kReplayFits = 0,         ///< every step fitted
+  kReplayOutOfMemory = 1,  ///< this rank ran out of memory (after the dump), like an uncaught OutOfMemoryError
+  kReplayCannotStart = 2,  ///< bad settings or an unreadable trace (under mpirun the job is aborted)
+};
+
+/// Runs the job in this process (one rank under mpirun, or a single process without it). Initialises MPI with
+/// MPI_THREAD_MULTIPLE when an MPI launcher started the process, and oomflight through oomflight_init().
+/// Prints the simulated job's own output (its progress on stdout, its OutOfMemoryError on stderr); oomflight's
+/// messages go through its log. Returns a ReplayExit. Call once per process, from the main thread.
+int run_replay_job(const ReplayOptions& options);
+
+}  // namespace oomflight::sim

@@ -1,0 +1,148 @@
+// The replay job: the step loop, the simulated device wired to oomflight's C API, the all-reduce and the dump.
+#include "oomflight/sim/replay_job.hpp"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <fmt/format.h>
+#include <optional>
+#include <vector>
+
+#include "oomflight/base/units.hpp"
+#include "oomflight/format/torch_snapshot.hpp"
+#include "oomflight/oomflight.h"
+#include "oomflight/record/stack_table.hpp"
+#include "oomflight/sim/simulated_device.hpp"
+
+namespace oomflight::sim {
+namespace {
+
+// Forwards the simulated device's events and gauges to oomflight, translating the decoder's stack ids into the
+// ids oomflight_intern_stack gave.
+class CApiSink final : public EventSink {
+ public:
+  explicit CApiSink(std::vector<std::int32_t> stack_ids) : stack_ids_(std::move(stack_ids)) {}
+  void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+             std::int32_t stack_id) override {
+    const bool known = stack_id >= 0 && static_cast<std::size_t>(stack_id) < stack_ids_.size();
+    oomflight_record(static_cast<int>(action), 0, addr, size, stream,
+                     known ? stack_ids_[static_cast<std::size_t>(stack_id)] : -1);
+  }
+  void memory(const MemoryStats& s) override {
+    oomflight_memory m = OOMFLIGHT_MEMORY_INIT;
+    m.allocated_bytes = s.allocated_bytes;
+    m.reserved_bytes = s.reserved_bytes;
+    m.peak_allocated_bytes = s.peak_allocated_bytes;
+    m.peak_reserved_bytes = s.peak_reserved_bytes;
+    m.device_capacity_bytes = s.device_capacity_bytes;
+    m.device_free_bytes = s.device_free_bytes;
+    oomflight_set_memory(0, &m);
+  }
+
+ private:
+  std::vector<std::int32_t> stack_ids_;
+};
+
+// Interns every stack the snapshot decoder found through the C API; returns the new id of each old one.
+std::vector<std::int32_t> intern_through_c_api(const StackTableCopy& table) {
+  std::vector<std::int32_t> ids;
+  ids.reserve(table.stacks.size());
+  std::vector<oomflight_frame> frames;
+  for (const auto& stack : table.stacks) {
+    frames.clear();
+    for (std::uint32_t i = 0; i < stack.frame_count; ++i) {
+      const auto& f = table.frames[table.stack_frames[stack.frame_offset + i]];
+      frames.push_back({table.strings[f.function].c_str(), table.strings[f.file].c_str(), f.line});
+    }
+    std::int32_t id = -1;
+    if (oomflight_intern_stack(frames.data(), frames.size(), &id) != OOMFLIGHT_OK) {
+      throw std::runtime_error(oomflight_last_error());
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// Loops the trace; returns the failure if the device ran out of memory.
+std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi) {
+  for (int step = 0; step < steps; ++step) {
+    oomflight_mark_batch(step);
+    std::optional<OutOfMemory> oom = step > 0 ? device.rewind(sink) : std::nullopt;
+    if (!oom) oom = device.replay(sink);
+    if (oom) return oom;
+    if (mpi) {  // the gradient all-reduce: a rank that failed never arrives, so the others block here
+      double grad = 1.0, sum = 0.0;
+      MPI_Allreduce(&grad, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int run_replay_job(const ReplayOptions& o) {
+  const bool mpi = oomflight_launched_by_mpi() != 0;
+  if (mpi) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  }
+  // A rank that cannot start must not leave the others waiting in a collective: abort the job.
+  auto cannot_start = [mpi](const std::string& message) {
+    oomflight_log(OOMFLIGHT_LOG_ERROR, message.c_str());
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, kReplayCannotStart);
+    return kReplayCannotStart;
+  };
+  if (oomflight_init() != OOMFLIGHT_OK) return cannot_start(oomflight_last_error());
+  int rank = 0;
+  oomflight_rank(&rank, nullptr);
+  const auto custom = o.rank_device_memory_bytes.find(rank);
+  const std::uint64_t capacity = custom != o.rank_device_memory_bytes.end() ? custom->second : o.device_memory_bytes;
+
+  std::optional<TorchSnapshot> snapshot;
+  std::optional<SimulatedDevice> device;
+  std::optional<CApiSink> sink;
+  try {
+    StackTable stacks;
+    snapshot.emplace(read_torch_snapshot(o.trace, stacks));
+    device.emplace(*snapshot, capacity);
+    sink.emplace(intern_through_c_api(stacks.copy()));
+  } catch (const std::exception& e) {
+    return cannot_start(e.what());
+  }
+  // Start together, as data-parallel jobs do after broadcasting the initial parameters.
+  if (mpi) MPI_Barrier(MPI_COMM_WORLD);
+  const auto oom = run_steps(*device, *sink, o.steps, mpi);
+  if (oom) {
+    if (oomflight_is_oom("torch.OutOfMemoryError", oom->message.c_str())) {
+      // The simulated allocator already recorded its oom event; ask for the dump with PyTorch's figures.
+      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+      request.kind = OOMFLIGHT_DUMP_OOM;
+      request.reason = oom->message.c_str();
+      request.requested_bytes = oom->requested_bytes;
+      request.device_free_bytes = oom->device_free_bytes;
+      request.device = 0;
+      oomflight_request_dump(&request, nullptr);
+    }
+    // The job's own error, last, as Python prints an uncaught exception; the archive is closed by now.
+    std::fprintf(stderr, "torch.OutOfMemoryError: %s\n", oom->message.c_str());
+    std::fflush(stderr);
+    // Like a training script whose exception escapes: exit non-zero without MPI_Finalize, and mpirun tears the
+    // job down. (oomflight did not initialise MPI here, so its shutdown does not finalise it.)
+    oomflight_shutdown();
+    return kReplayOutOfMemory;
+  }
+  const auto stats = device->stats();
+  const auto& anomalies = device->anomalies();
+  const std::size_t mismatches =
+      anomalies.alloc_outside_segments + anomalies.free_of_unknown_block + anomalies.free_of_unknown_segment;
+  std::printf("rank %d: replayed %d step(s) of %s: peak reserved %s of %s, peak allocated %s%s\n", rank, o.steps,
+              o.trace.c_str(), format_bytes(stats.peak_reserved_bytes).c_str(),
+              format_bytes(stats.device_capacity_bytes).c_str(), format_bytes(stats.peak_allocated_bytes).c_str(),
+              mismatches ? fmt::format(" ({} trace entries did not match the model)", mismatches).c_str() : "");
+  std::fflush(stdout);
+  oomflight_shutdown();
+  if (mpi) MPI_Finalize();
+  return kReplayFits;
+}
+
+}  // namespace oomflight::sim

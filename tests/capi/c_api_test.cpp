@@ -1,0 +1,209 @@
+// The C API in one process (no mpirun: world size 1): versions, error codes, stacks, per-device gauges and dump
+// kinds, checked in the archives it writes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "oomflight/format/archive_reader.hpp"
+#include "oomflight/oomflight.h"
+#include "test_support.hpp"
+
+namespace oomflight {
+namespace {
+
+std::string last_error() { return oomflight_last_error(); }
+
+TEST(CApiWithoutInit, VersionAbiAndStateErrors) {
+  EXPECT_EQ(oomflight_abi_version(), OOMFLIGHT_ABI_VERSION);
+  EXPECT_STREQ(oomflight_version(), OOMFLIGHT_VERSION_STRING);
+  EXPECT_EQ(oomflight_launched_by_mpi(), 0);  // ctest is no MPI launcher
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 1, 2, 0, -1), OOMFLIGHT_ESTATE);
+  EXPECT_NE(last_error().find("oomflight_record: oomflight_init was not called"), std::string::npos) << last_error();
+  EXPECT_EQ(oomflight_trigger_oom(0, "x", 1, 1), OOMFLIGHT_ESTATE);
+  EXPECT_EQ(oomflight_shutdown(), OOMFLIGHT_ESTATE);
+  EXPECT_EQ(oomflight_is_oom("torch.OutOfMemoryError", nullptr), 1);
+  EXPECT_EQ(oomflight_is_oom(nullptr, "connection refused"), 0);
+  EXPECT_EQ(oomflight_log(7, "x"), OOMFLIGHT_EINVAL);
+  EXPECT_EQ(oomflight_log(OOMFLIGHT_LOG_INFO, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_STREQ(oomflight_last_dump_path(), "");
+}
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("OOMFLIGHT_FOLDER", dir_.path().c_str(), 1);
+    setenv("OOMFLIGHT_RUN_NAME", "capi", 1);
+  }
+  void TearDown() override {
+    oomflight_shutdown();
+    for (const char* name : {"OOMFLIGHT_FOLDER", "OOMFLIGHT_RUN_NAME", "OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_ENABLED"}) {
+      unsetenv(name);
+    }
+  }
+  std::string path(const std::string& name) const { return (dir_.path() / name).string(); }
+  test::TempDir dir_;
+};
+
+TEST_F(CApi, ABadSettingIsEconfigNamingTheVariable) {
+  setenv("OOMFLIGHT_MAX_ENTRIES", "lots", 1);
+  EXPECT_EQ(oomflight_init(), OOMFLIGHT_ECONFIG);
+  EXPECT_NE(last_error().find("OOMFLIGHT_MAX_ENTRIES='lots'"), std::string::npos) << last_error();
+}
+
+TEST_F(CApi, InitTwiceIsEstate) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(oomflight_init(), OOMFLIGHT_ESTATE);
+  int rank = -1, size = -1;
+  EXPECT_EQ(oomflight_rank(&rank, &size), OOMFLIGHT_OK);
+  EXPECT_EQ(rank, 0);
+  EXPECT_EQ(size, 1);
+}
+
+TEST_F(CApi, ArgumentsOutOfRangeAreEinvalNamingThem) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ACTION_COUNT, 0, 0, 0, 0, -1), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("action 10"), std::string::npos) << last_error();
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, -1, 0, 0, 0, -1), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("device -1"), std::string::npos) << last_error();
+  EXPECT_EQ(oomflight_mark_batch(-3), OOMFLIGHT_EINVAL);
+  int32_t id = 0;
+  EXPECT_EQ(oomflight_intern_stack(nullptr, 1, &id), OOMFLIGHT_EINVAL);
+  const oomflight_frame null_file = {"f", nullptr, 1};
+  EXPECT_EQ(oomflight_intern_stack(&null_file, 1, &id), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("frame 0"), std::string::npos) << last_error();
+  oomflight_memory memory = OOMFLIGHT_MEMORY_INIT;
+  EXPECT_EQ(oomflight_set_memory(64, &memory), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("device 64"), std::string::npos) << last_error();
+  memory.struct_size = 8;
+  EXPECT_EQ(oomflight_set_memory(0, &memory), OOMFLIGHT_EINVAL);
+  EXPECT_EQ(oomflight_request_dump(nullptr, nullptr), OOMFLIGHT_EINVAL);
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = 9;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("kind 9"), std::string::npos) << last_error();
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  request.device = 64;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_TRUE(test::files_with_suffix(dir_.path(), ".h5").empty());  // nothing was dumped by a refused call
+}
+
+TEST_F(CApi, ASignalDumpCarriesItsKindBatchDeviceGaugesAndStacks) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  const oomflight_frame a[] = {{"forward", "model.py", 42}, {"main", "train.py", 7}};
+  const oomflight_frame b[] = {{"backward", "model.py", 50}};
+  int32_t sa = -1, sb = -1, again = -1;
+  ASSERT_EQ(oomflight_intern_stack(a, 2, &sa), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_intern_stack(b, 1, &sb), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_intern_stack(a, 2, &again), OOMFLIGHT_OK);
+  EXPECT_NE(sa, sb);
+  EXPECT_EQ(sa, again);
+  oomflight_memory device1 = OOMFLIGHT_MEMORY_INIT, device3 = OOMFLIGHT_MEMORY_INIT;
+  device1.allocated_bytes = 111;
+  device3.allocated_bytes = 3000;
+  device3.reserved_bytes = 4000;
+  device3.peak_allocated_bytes = 3500;
+  device3.peak_reserved_bytes = 4500;
+  device3.device_capacity_bytes = 80000;
+  device3.device_free_bytes = 76000;
+  ASSERT_EQ(oomflight_set_memory(3, &device3), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_set_memory(1, &device1), OOMFLIGHT_OK);  // the current device is 1 now
+  ASSERT_EQ(oomflight_mark_batch(4), OOMFLIGHT_OK);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 3, 0x1000u * i, 256, 7, i % 2 ? sb : sa), 0);
+
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  request.reason = "asked by a test";
+  request.device = 3;
+  request.batch = 5;
+  oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+  ASSERT_EQ(oomflight_request_dump(&request, &result), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(result.status, OOMFLIGHT_DUMP_ARCHIVE);
+  EXPECT_EQ(result.ranks_written, 1);
+  EXPECT_EQ(result.world_size, 1);
+  EXPECT_EQ(result.batch, 5);
+  EXPECT_GT(result.seconds, 0.0);
+  EXPECT_EQ(std::string(oomflight_last_dump_path()), path("signal.5.h5"));
+
+  const Archive archive = read_archive(path("signal.5.h5"));
+  EXPECT_EQ(archive.header.kind, "signal");
+  EXPECT_EQ(archive.header.run_name, "capi");
+  EXPECT_EQ(archive.header.reason, "rank 0: asked by a test");
+  EXPECT_EQ(archive.header.origin_ranks, std::vector<std::int32_t>{0});
+  ASSERT_EQ(archive.ranks.size(), 1u);
+  const RankRow& row = archive.ranks[0];
+  EXPECT_EQ(row.device, 3);
+  EXPECT_EQ(row.batch, 5);
+  EXPECT_EQ(row.allocated_bytes, 3000u);
+  EXPECT_EQ(row.reserved_bytes, 4000u);
+  EXPECT_EQ(row.peak_reserved_bytes, 4500u);
+  EXPECT_EQ(row.device_capacity_bytes, 80000u);
+  EXPECT_EQ(row.device_free_bytes, 76000u);
+  EXPECT_EQ(row.oom_requested_bytes, 0u);
+  ASSERT_EQ(archive.events.size(), 11u);  // the step event and ten allocs
+  EXPECT_EQ(archive.events[0].action, Action::step);
+  EXPECT_EQ(archive.events[0].batch, 4);
+  for (std::size_t i = 1; i < archive.events.size(); ++i) {
+    EXPECT_EQ(archive.events[i].device, 3);
+    EXPECT_EQ(archive.events[i].stream, 7u);
+  }
+  const auto frames = archive.stack(archive.events[1].stack_id);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(archive.string(frames[0]->function), "forward");
+  EXPECT_EQ(archive.string(frames[1]->file), "train.py");
+  EXPECT_EQ(frames[1]->line, 7);
+  EXPECT_EQ(archive.stack(archive.events[2].stack_id).at(0)->line, 50);
+}
+
+TEST_F(CApi, TriggerOomRecordsTheEventOnItsDeviceAndDumps) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  oomflight_memory device1 = OOMFLIGHT_MEMORY_INIT;
+  device1.reserved_bytes = 70ull << 30;
+  device1.device_capacity_bytes = 80ull << 30;
+  ASSERT_EQ(oomflight_set_memory(1, &device1), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_mark_batch(0), OOMFLIGHT_OK);
+  EXPECT_EQ(oomflight_trigger_oom(1, "CUDA out of memory. Tried to allocate 2.00 GiB", 2ull << 30, 1ull << 30),
+            OOMFLIGHT_OK)
+      << last_error();
+  const Archive archive = read_archive(path("oom.0.h5"));
+  EXPECT_EQ(archive.header.kind, "oom");
+  ASSERT_EQ(archive.events.size(), 2u);
+  const Event& oom = archive.events.back();
+  EXPECT_EQ(oom.action, Action::oom);
+  EXPECT_EQ(oom.device, 1);
+  EXPECT_EQ(oom.size, 2ull << 30);
+  EXPECT_EQ(oom.addr, 1ull << 30);
+  const RankRow& row = archive.ranks.at(0);
+  EXPECT_EQ(row.device, 1);
+  EXPECT_EQ(row.is_origin, 1);
+  EXPECT_EQ(row.oom_requested_bytes, 2ull << 30);
+  EXPECT_EQ(row.device_free_bytes, 1ull << 30);
+  EXPECT_EQ(row.reserved_bytes, 70ull << 30);
+  // A second dump of the same batch keeps the first file and takes the next name.
+  EXPECT_EQ(oomflight_trigger_oom(1, "again", 1, 1), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(std::string(oomflight_last_dump_path()), path("oom.0-1.h5"));
+}
+
+TEST_F(CApi, DisabledRecordsButDumpsNothing) {
+  setenv("OOMFLIGHT_ENABLED", "0", 1);
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 1, 2, 0, -1), OOMFLIGHT_OK);
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+  EXPECT_EQ(oomflight_request_dump(&request, &result), OOMFLIGHT_EDISABLED);
+  EXPECT_EQ(result.status, OOMFLIGHT_DUMP_DISABLED);
+  EXPECT_TRUE(test::files_with_suffix(dir_.path(), ".h5").empty());
+}
+
+TEST_F(CApi, LogLinesNameTheRankOnceItIsKnown) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(oomflight_log(OOMFLIGHT_LOG_WARN, "a plugin speaks"), OOMFLIGHT_OK);
+  EXPECT_EQ(oomflight_log(OOMFLIGHT_LOG_DEBUG, "below the default level"), OOMFLIGHT_OK);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "oomflight[rank 0] warning: a plugin speaks\n");
+}
+
+}  // namespace
+}  // namespace oomflight

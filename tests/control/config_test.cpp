@@ -1,0 +1,84 @@
+// Configuration: defaults, errors naming variable and value, and the README's generated table.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "oomflight/control/config.hpp"
+
+namespace oomflight {
+namespace {
+
+Config from(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : env) names.push_back(k);
+  return Config::from_environment(
+      [&](std::string_view name) -> std::optional<std::string> {
+        auto it = env.find(std::string(name));
+        return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+      },
+      names);
+}
+
+std::string error_of(const std::map<std::string, std::string>& env) {
+  try {
+    from(env);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, Defaults) {
+  const Config c = from({});
+  EXPECT_TRUE(c.enabled);
+  EXPECT_EQ(c.max_entries, 100000u);
+  EXPECT_EQ(c.folder.text(), "{run_name}/oomflight");
+  EXPECT_EQ(c.filename.text(), "{kind}.{batch}.h5");
+  EXPECT_EQ(c.dump_timeout.count(), 30000);
+  EXPECT_FALSE(c.overwrite);
+}
+
+TEST(Config, ReadsValues) {
+  const Config c = from({{"OOMFLIGHT_MAX_ENTRIES", "4096"},
+                         {"OOMFLIGHT_DUMP_TIMEOUT", "2s"},
+                         {"OOMFLIGHT_RUN_NAME", "llama"},
+                         {"OOMFLIGHT_OVERWRITE", "yes"}});
+  EXPECT_EQ(c.max_entries, 4096u);
+  EXPECT_EQ(c.dump_timeout.count(), 2000);
+  EXPECT_EQ(c.run_name, "llama");
+  EXPECT_TRUE(c.overwrite);
+}
+
+TEST(Config, ErrorsNameTheVariableAndTheValue) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"OOMFLIGHT_MAX_ENTRIES", "abc"},     {"OOMFLIGHT_MAX_ENTRIES", "0"},
+      {"OOMFLIGHT_DUMP_TIMEOUT", "soon"},   {"OOMFLIGHT_DUMP_TIMEOUT", "0"},
+      {"OOMFLIGHT_ENABLED", "maybe"},       {"OOMFLIGHT_FOLDER", "{nope}/x"},
+      {"OOMFLIGHT_FILENAME", "oom.{rank}.h5"},  // the archive is shared: no per-rank name
+      {"OOMFLIGHT_RANK_FILENAME", "oom.h5"},    // a rank-local name must contain {rank}
+      {"OOMFLIGHT_LOG_LEVEL", "loud"},      {"OOMFLIGHT_RUN_NAME", "a/b"},
+  };
+  for (const auto& [name, value] : bad) {
+    const std::string message = error_of({{name, value}});
+    EXPECT_NE(message.find(name + "='" + value + "'"), std::string::npos) << name << ": " << message;
+  }
+}
+
+TEST(Config, UnknownVariableIsAnError) {
+  EXPECT_NE(error_of({{"OOMFLIGHT_MAX_ENTRIS", "10"}}).find("OOMFLIGHT_MAX_ENTRIS is not an oomflight setting"),
+            std::string::npos);
+}
+
+TEST(Config, ReadmeTableIsGeneratedFromTheOptionTable) {
+  std::ifstream in(std::string(OOMFLIGHT_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(in) << "README.md not found";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find(option_table_markdown()), std::string::npos)
+      << "README's settings table is stale: paste `oomflight config --markdown` into it";
+}
+
+}  // namespace
+}  // namespace oomflight

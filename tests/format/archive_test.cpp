@@ -1,0 +1,119 @@
+// Archive round trip (one rank, POSIX I/O) and the reader's errors.
+#include <gtest/gtest.h>
+
+#include <hdf5.h>
+
+#include <fstream>
+
+#include "oomflight/format/archive_reader.hpp"
+#include "oomflight/format/archive_writer.hpp"
+#include "test_support.hpp"
+
+namespace oomflight {
+namespace {
+
+struct Fixture {
+  std::vector<Event> events;
+  StackTableCopy stacks;
+  RankRow row;
+  ArchiveHeader header;
+};
+
+Fixture make_fixture() {
+  Fixture f;
+  StackTable table;
+  const FrameRef a[] = {{"alloc_fn", "model.py", 12}, {"main", "train.py", 3}};
+  const FrameRef b[] = {{"other", "model.py", 40}};
+  const auto sa = table.intern(a);
+  const auto sb = table.intern(b);
+  EXPECT_EQ(table.intern(a), sa);  // interned once
+  f.stacks = table.copy();
+  for (int i = 0; i < 5; ++i) {
+    Event e;
+    e.t_ns = 1000 + i;
+    e.addr = 0x7f0000000000ull + static_cast<std::uint64_t>(i) * 512;
+    e.size = 512;
+    e.batch = 3;
+    e.stack_id = i % 2 ? sb : sa;
+    e.action = i == 4 ? Action::oom : Action::alloc;
+    f.events.push_back(e);
+  }
+  f.row.rank = 0;
+  f.row.batch = 3;
+  f.row.allocated_bytes = 2048;
+  f.row.is_origin = 1;
+  f.row.oom_requested_bytes = 512;
+  set_fixed_string(f.row.host, "node01");
+  set_fixed_string(f.row.reason, "CUDA out of memory");
+  f.header.producer = "oomflight test";
+  f.header.run_name = "unit";
+  f.header.kind = "oom";
+  f.header.created_at_utc = "2026-11-21T00:00:00Z";
+  f.header.reason = "rank 0: CUDA out of memory";
+  f.header.origin_ranks = {0};
+  f.header.world_size = 1;
+  f.header.ranks_present = {0};
+  return f;
+}
+
+TEST(Archive, RoundTripsOneRank) {
+  test::TempDir dir;
+  const auto path = (dir.path() / "a.h5").string();
+  const Fixture f = make_fixture();
+  write_archive(path, f.header, RankDump{f.row, f.events, &f.stacks});
+  const Archive a = read_archive(path);
+  EXPECT_EQ(a.header.schema_version, 1);
+  EXPECT_EQ(a.header.run_name, "unit");
+  EXPECT_EQ(a.header.reason, "rank 0: CUDA out of memory");
+  EXPECT_EQ(a.header.origin_ranks, std::vector<std::int32_t>{0});
+  ASSERT_EQ(a.ranks.size(), 1u);
+  EXPECT_EQ(a.ranks[0].event_count, 5u);
+  EXPECT_EQ(fixed_string(a.ranks[0].host), "node01");
+  EXPECT_EQ(fixed_string(a.ranks[0].reason), "CUDA out of memory");
+  ASSERT_EQ(a.events.size(), 5u);
+  EXPECT_EQ(a.events[4].action, Action::oom);
+  EXPECT_EQ(a.events[2].addr, 0x7f0000000000ull + 1024);
+  const auto frames = a.stack(a.events[0].stack_id);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(a.string(frames[0]->function), "alloc_fn");
+  EXPECT_EQ(a.string(frames[1]->file), "train.py");
+  EXPECT_EQ(frames[1]->line, 3);
+}
+
+std::string read_error(const std::string& path) {
+  try {
+    read_archive(path);
+  } catch (const ArchiveError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Archive, ReaderErrorsNameTheProblem) {
+  test::TempDir dir;
+  EXPECT_NE(read_error((dir.path() / "missing.h5").string()).find("no such file"), std::string::npos);
+  const auto text = (dir.path() / "text.h5").string();
+  std::ofstream(text) << "not hdf5";
+  EXPECT_NE(read_error(text).find("not an HDF5 file"), std::string::npos);
+  const auto other = (dir.path() / "other.h5").string();
+  H5Fclose(H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  EXPECT_NE(read_error(other).find("not an oomflight archive"), std::string::npos);
+  Fixture f = make_fixture();
+  f.header.schema_version = 99;
+  const auto newer = (dir.path() / "newer.h5").string();
+  write_archive(newer, f.header, RankDump{f.row, f.events, &f.stacks});
+  EXPECT_NE(read_error(newer).find("schema 99"), std::string::npos);
+}
+
+TEST(Archive, UnwritablePathIsAnErrorNamingIt) {
+  const Fixture f = make_fixture();
+  try {
+    write_archive("/proc/oomflight/a.h5", f.header, RankDump{f.row, f.events, &f.stacks});
+    FAIL();
+  } catch (const ArchiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("/proc/oomflight/a.h5"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace oomflight

@@ -1,0 +1,152 @@
+// The strict pickle reader: real snapshots, hand-made pickles of each protocol, and hostile input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "oomflight/format/pickle.hpp"
+#include "test_support.hpp"
+
+namespace oomflight::pickle {
+namespace {
+
+std::string bytes(std::initializer_list<int> b) {
+  std::string s;
+  for (int c : b) s += static_cast<char>(c);
+  return s;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string error_of(const std::string& data) {
+  try {
+    Document::parse(data);
+  } catch (const PickleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Pickle, ReadsEverySharedSnapshot) {
+  for (const char* name : {"cnn-train-eor.pickle", "transformer-lm-forward-mixed-ctx128.pickle",
+                           "transformer-lm-fullstep-ctx128.pickle"}) {
+    const Document doc = read_pickle_file(test::snapshot_path(name));
+    ASSERT_TRUE(doc.root().is(Kind::dict)) << name;
+    ASSERT_NE(doc.root().get("segments"), nullptr) << name;
+    ASSERT_NE(doc.root().get("device_traces"), nullptr) << name;
+  }
+}
+
+// {"a": [1, -2, 300, 70000, 2**40, 1.5, True, None, "é", b"x"], "t": (1, 2)} by hand, protocol 2 style
+// (BINPUT memo, as PyTorch's C++ pickler writes).
+TEST(Pickle, ReadsProtocolTwoValues) {
+  std::string p = bytes({0x80, 2, '}', 'q', 0, '(', 'X', 1, 0, 0, 0, 'a', ']', 'q', 1, '(', 'K', 1, 'J'});
+  p += bytes({0xfe, 0xff, 0xff, 0xff, 'M', 0x2c, 0x01, 'J', 0x70, 0x11, 0x01, 0x00});
+  p += bytes({0x8a, 6, 0, 0, 0, 0, 0, 1, 'G', 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x88, 'N'});
+  p += bytes({'X', 2, 0, 0, 0, 0xc3, 0xa9, 'C', 1, 'x', 'e', 'X', 1, 0, 0, 0, 't', 'K', 1, 'K', 2, 0x86, 'u', '.'});
+  const Document doc = Document::parse(p);
+  const Value& a = *doc.root().get("a");
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a.items[0]->integer, 1);
+  EXPECT_EQ(a.items[1]->integer, -2);
+  EXPECT_EQ(a.items[2]->integer, 300);
+  EXPECT_EQ(a.items[3]->integer, 70000);
+  EXPECT_EQ(a.items[4]->integer, std::int64_t{1} << 40);
+  EXPECT_DOUBLE_EQ(a.items[5]->floating, 1.5);
+  EXPECT_TRUE(a.items[6]->boolean);
+  EXPECT_TRUE(a.items[7]->is(Kind::none));
+  EXPECT_EQ(a.items[8]->text, "\xc3\xa9");
+  EXPECT_TRUE(a.items[9]->is(Kind::bytes));
+  const Value& t = *doc.root().get("t");
+  ASSERT_TRUE(t.is(Kind::tuple));
+  EXPECT_EQ(t.items[1]->integer, 2);
+}
+
+// Protocol 5 framing with MEMOIZE and BINGET sharing one string.
+TEST(Pickle, ReadsProtocolFiveWithMemo) {
+  std::string p = bytes({0x80, 5, 0x95, 13, 0, 0, 0, 0, 0, 0, 0, ']', 0x94, '(', 0x8c, 2, 'h', 'i', 0x94});
+  p += bytes({'h', 1, 'e', '.'});
+  const Document doc = Document::parse(p);
+  ASSERT_EQ(doc.root().size(), 2u);
+  EXPECT_EQ(doc.root().items[0], doc.root().items[1]);  // the memo shares the value
+  EXPECT_EQ(doc.root().items[1]->text, "hi");
+}
+
+TEST(Pickle, NegativeLongs) {
+  const Document doc = Document::parse(bytes({0x80, 4, 0x8a, 2, 0x00, 0xff, '.'}));
+  EXPECT_EQ(doc.root().integer, -256);
+}
+
+TEST(Pickle, RefusesEveryCodeLoadingOpcodeByName) {
+  const std::vector<std::pair<int, std::string>> ops = {
+      {'c', "GLOBAL"}, {0x93, "STACK_GLOBAL"}, {'R', "REDUCE"}, {'b', "BUILD"},      {'i', "INST"},
+      {'o', "OBJ"},    {0x81, "NEWOBJ"},       {0x92, "NEWOBJ_EX"}, {0x82, "EXT1"}, {'Q', "BINPERSID"}};
+  for (const auto& [op, name] : ops) {
+    const std::string message = error_of(bytes({0x80, 4, op, '.'}));
+    EXPECT_NE(message.find("opcode " + name), std::string::npos) << message;
+    EXPECT_NE(message.find("at offset 2"), std::string::npos) << message;
+  }
+  // The classic exploit: os.system("echo pwned").
+  const std::string exploit = "\x80\x02" "cposix\nsystem\nq\x00X\x0a\x00\x00\x00echo pwnedq\x01\x85q\x02Rq\x03.";
+  EXPECT_NE(error_of(exploit).find("GLOBAL"), std::string::npos);
+}
+
+TEST(Pickle, RefusesUnknownOpcodesAndProtocols) {
+  EXPECT_NE(error_of(bytes({0x80, 4, 0xf0, '.'})).find("unsupported pickle opcode 0xf0"), std::string::npos);
+  EXPECT_NE(error_of(bytes({0x80, 9, '.'})).find("protocol 9"), std::string::npos);
+  EXPECT_NE(error_of(bytes({'I', '1', '\n', '.'})).find("0x49"), std::string::npos);  // protocol 0 text
+}
+
+TEST(Pickle, TruncatedSnapshotsFailCleanly) {
+  const std::string full = read_file(test::snapshot_path("cnn-train-eor.pickle"));
+  ASSERT_NO_THROW(Document::parse(full));
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{11}, std::size_t{100},
+                          full.size() / 3, full.size() / 2, full.size() - 2, full.size() - 1}) {
+    EXPECT_THROW(Document::parse(full.substr(0, cut)), PickleError) << "cut at " << cut;
+  }
+}
+
+TEST(Pickle, DeepNestingIsRefused) {
+  std::string p = bytes({0x80, 4});
+  for (int i = 0; i < 5000; ++i) p += ']';
+  for (int i = 0; i < 4999; ++i) p += 'a';
+  p += '.';
+  EXPECT_NE(error_of(p).find("nesting deeper than 1000"), std::string::npos);
+}
+
+TEST(Pickle, HugeLengthsAreRefusedWithoutAllocating) {
+  EXPECT_NE(error_of(bytes({0x80, 4, 0x8d, 0, 0, 0, 0, 0, 0, 0, 0x40, '.'})).find("runs past the end"),
+            std::string::npos);  // BINUNICODE8 of 2^62 bytes
+  EXPECT_NE(error_of(bytes({0x80, 4, 0x8b, 0xff, 0xff, 0xff, 0x7f, '.'})).find("runs past the end"),
+            std::string::npos);  // LONG4 of 2^31 bytes
+  EXPECT_NE(error_of(bytes({0x80, 4, 'j', 0xff, 0xff, 0xff, 0xff, '.'})).find("memo index"), std::string::npos);
+  EXPECT_NE(error_of(bytes({0x80, 4, 'N', 'r', 0xff, 0xff, 0xff, 0x7f, '.'})).find("memo index"), std::string::npos);
+  EXPECT_NE(error_of(bytes({0x80, 4, 0x8a, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, '.'})).find("wider than 64 bits"),
+            std::string::npos);
+}
+
+TEST(Pickle, StackMisuseIsAnError) {
+  EXPECT_NE(error_of(bytes({0x80, 4, 'a', '.'})).find("stack underflow"), std::string::npos);
+  EXPECT_NE(error_of(bytes({0x80, 4, 'e', '.'})).find("no MARK"), std::string::npos);
+  EXPECT_NE(error_of(bytes({0x80, 4, 'N', 'N', '.'})).find("STOP with 2 values"), std::string::npos);
+  EXPECT_NE(error_of(bytes({0x80, 4, 'N', 'N', 'a', '.'})).find("APPEND on a value that is not a list"),
+            std::string::npos);
+  EXPECT_NE(error_of("").find("ends without STOP"), std::string::npos);
+}
+
+TEST(Pickle, MissingFileNamesThePath) {
+  try {
+    read_pickle_file("/nonexistent/snapshot.pickle");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/snapshot.pickle"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace oomflight::pickle

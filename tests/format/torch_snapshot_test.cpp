@@ -1,0 +1,86 @@
+// Decoding the real snapshots: action counts as published with the fixtures, stacks, old and new formats.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "oomflight/format/torch_snapshot.hpp"
+#include "test_support.hpp"
+
+namespace oomflight {
+namespace {
+
+std::map<Action, std::size_t> count_actions(const TorchSnapshot& s) {
+  std::map<Action, std::size_t> counts;
+  for (const auto& e : s.device_traces.at(0)) ++counts[e.action];
+  return counts;
+}
+
+struct Expected {
+  const char* file;
+  std::size_t events;
+  std::map<Action, std::size_t> actions;
+  bool allocator_settings;
+};
+
+TEST(TorchSnapshot, DecodesEverySharedSnapshot) {
+  const std::vector<Expected> expected = {
+      {"cnn-train-eor.pickle", 5803,
+       {{Action::alloc, 1935}, {Action::free_requested, 1926}, {Action::free_completed, 1926},
+        {Action::segment_alloc, 7}, {Action::snapshot, 9}},
+       false},
+      {"transformer-lm-fullstep-ctx128.pickle", 19342,
+       {{Action::alloc, 6771}, {Action::free_requested, 5894}, {Action::free_completed, 5894},
+        {Action::segment_alloc, 783}},
+       true},
+      {"transformer-lm-forward-mixed-ctx128.pickle", 5992,
+       {{Action::alloc, 2703}, {Action::free_requested, 1414}, {Action::free_completed, 1414},
+        {Action::segment_alloc, 461}},
+       true},
+  };
+  for (const auto& x : expected) {
+    StackTable stacks;
+    const TorchSnapshot s = read_torch_snapshot(test::snapshot_path(x.file), stacks);
+    ASSERT_EQ(s.device_traces.size(), 1u) << x.file;
+    EXPECT_EQ(s.device_traces[0].size(), x.events) << x.file;
+    EXPECT_EQ(count_actions(s), x.actions) << x.file;
+    EXPECT_EQ(s.has_allocator_settings, x.allocator_settings) << x.file;
+    EXPECT_TRUE(s.has_time_us) << x.file;
+    EXPECT_EQ(s.skipped_unknown_actions, 0u);
+    EXPECT_FALSE(s.segments.empty());
+    EXPECT_GT(stacks.size(), 10u) << x.file;
+  }
+}
+
+TEST(TorchSnapshot, FramesBecomeInternedStacksInnermostFirst) {
+  StackTable stacks;
+  const TorchSnapshot s = read_torch_snapshot(test::snapshot_path("cnn-train-eor.pickle"), stacks);
+  const TraceEntry& first = s.device_traces[0][0];
+  ASSERT_NE(first.stack_id, kNoStack);
+  const StackTableCopy t = stacks.copy();
+  const InternedStack& rec = t.stacks.at(static_cast<std::size_t>(first.stack_id));
+  ASSERT_GT(rec.frame_count, 3u);
+  const InternedFrame& innermost = t.frames.at(t.stack_frames.at(rec.frame_offset));
+  EXPECT_EQ(t.strings.at(innermost.function), "torch::unwind::unwind()");
+  // Snapshot entries carry no frames: no stack.
+  for (const auto& e : s.device_traces[0]) {
+    if (e.action == Action::snapshot) {
+      EXPECT_EQ(e.stack_id, kNoStack);
+    }
+  }
+}
+
+TEST(TorchSnapshot, NotASnapshotNamesTheField) {
+  // {"segments": []}: a valid pickle without device_traces.
+  const std::string p = std::string("\x80\x04}\x8c\x08segments]s.", 16);
+  const auto doc = pickle::Document::parse(p);
+  StackTable stacks;
+  try {
+    decode_torch_snapshot(doc.root(), stacks);
+    FAIL();
+  } catch (const SnapshotError& e) {
+    EXPECT_NE(std::string(e.what()).find("'device_traces' is missing"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace oomflight

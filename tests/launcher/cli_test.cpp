@@ -1,0 +1,85 @@
+// The `oomflight` command's conventions: exit codes (README "Exit codes"), --version, errors that name what was
+// wrong in oomflight's log format, and the demo script's refusal to run without its snapshots.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "oomflight/version.h"
+#include "test_support.hpp"
+
+namespace oomflight {
+namespace {
+
+using test::run_command;
+using test::TempDir;
+
+std::string cli(const std::string& args) { return fmt::format("{} {}", OOMFLIGHT_CLI, args); }
+
+TEST(Cli, VersionAndHelpSucceed) {
+  TempDir dir;
+  const auto version = run_command(cli("--version"), dir.path());
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.output, "oomflight " OOMFLIGHT_VERSION_STRING "\n");
+  const auto help = run_command(cli("--help"), dir.path());
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("replay"), std::string::npos) << help.output;
+}
+
+TEST(Cli, UsageErrorsExitTwoAndNameTheProblem) {
+  TempDir dir;
+  for (const char* args : {"", "bogus", "replay", "report", "replay t.pickle", "report a.h5 --top many",
+                           "replay t.pickle --device-memory 1GiB --steps 0"}) {
+    const auto r = run_command(cli(args), dir.path());
+    EXPECT_EQ(r.exit_code, 2) << "oomflight " << args << "\n" << r.output;
+  }
+  const auto bad_rank = run_command(cli("replay t.pickle --device-memory 1GiB --rank-device-memory two=1GiB"),
+                                    dir.path());
+  EXPECT_EQ(bad_rank.exit_code, 2);
+  EXPECT_NE(bad_rank.output.find("oomflight error: --rank-device-memory 'two=1GiB': expected RANK=SIZE"),
+            std::string::npos)
+      << bad_rank.output;
+  const auto bad_size = run_command(cli("replay t.pickle --device-memory lots"), dir.path());
+  EXPECT_EQ(bad_size.exit_code, 2);
+  EXPECT_NE(bad_size.output.find("--device-memory: "), std::string::npos) << bad_size.output;
+  EXPECT_NE(bad_size.output.find("lots"), std::string::npos) << bad_size.output;
+  const auto bad_setting = run_command("env OOMFLIGHT_DUMP_TIMEOUT=soon " + cli("run -- true"), dir.path());
+  EXPECT_EQ(bad_setting.exit_code, 2);
+  EXPECT_NE(bad_setting.output.find("oomflight error: OOMFLIGHT_DUMP_TIMEOUT='soon'"), std::string::npos)
+      << bad_setting.output;
+}
+
+TEST(Cli, RunExecsTheCommandOrSaysWhyNot) {
+  TempDir dir;
+  EXPECT_EQ(run_command(cli("run -- sh -c 'exit 7'"), dir.path()).exit_code, 7);  // the command's own status
+  const auto missing = run_command(cli("run -- /nonexistent/train.py"), dir.path());
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(missing.output.find("cannot run '/nonexistent/train.py'"), std::string::npos) << missing.output;
+  std::ofstream(dir.path() / "not-executable.sh") << "echo hi\n";
+  EXPECT_EQ(run_command(cli("run -- ./not-executable.sh"), dir.path()).exit_code, 126);
+}
+
+TEST(Report, ClearErrorsForMissingAndForeignFiles) {
+  TempDir dir;
+  const auto missing = run_command(fmt::format("{} report nothing.h5", OOMFLIGHT_CLI), dir.path());
+  EXPECT_EQ(missing.exit_code, 1);  // a runtime failure, not a usage error
+  EXPECT_NE(missing.output.find("nothing.h5: no such file"), std::string::npos) << missing.output;
+  std::ofstream(dir.path() / "notes.txt") << "hello";
+  const auto foreign = run_command(fmt::format("{} report notes.txt", OOMFLIGHT_CLI), dir.path());
+  EXPECT_EQ(foreign.exit_code, 1);
+  EXPECT_NE(foreign.output.find("not an HDF5 file"), std::string::npos) << foreign.output;
+}
+
+TEST(Demo, RefusesToRunWithoutItsSnapshotsAndSaysWhere) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("env TORCH_SNAPSHOTS={}/none {}/scripts/demo.sh", dir.path().string(),
+                                         OOMFLIGHT_SOURCE_DIR),
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("demo: FAILED: no PyTorch snapshot at " + dir.path().string() + "/none"), std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace oomflight

@@ -1,0 +1,154 @@
+// The simulated caching allocator: OOM at the right event, cache release, start-state reconstruction, rewind.
+#include <gtest/gtest.h>
+
+#include "oomflight/sim/simulated_device.hpp"
+#include "oomflight/base/units.hpp"
+#include "test_support.hpp"
+
+namespace oomflight::sim {
+namespace {
+
+using test::CollectingSink;
+
+TraceEntry entry(Action a, std::uint64_t addr, std::uint64_t size) {
+  TraceEntry e;
+  e.action = a;
+  e.addr = addr;
+  e.size = size;
+  return e;
+}
+
+TorchSnapshot snapshot_of(std::vector<TraceEntry> trace) {
+  TorchSnapshot s;
+  s.device_traces.push_back(std::move(trace));
+  return s;
+}
+
+TEST(SimulatedDevice, OutOfMemoryAtTheSegmentThatDoesNotFit) {
+  const auto snap = snapshot_of({entry(Action::segment_alloc, 1000, 40), entry(Action::alloc, 1000, 30),
+                                 entry(Action::segment_alloc, 2000, 40), entry(Action::alloc, 2000, 30),
+                                 entry(Action::segment_alloc, 3000, 40), entry(Action::alloc, 3000, 25)});
+  SimulatedDevice device(snap, 100);
+  CollectingSink sink;
+  const auto oom = device.replay(sink);
+  ASSERT_TRUE(oom.has_value());
+  EXPECT_EQ(oom->trace_index, 4u);
+  EXPECT_EQ(oom->requested_bytes, 25u);  // the alloc the segment was for, not the segment
+  EXPECT_EQ(oom->device_free_bytes, 20u);
+  ASSERT_EQ(sink.events.size(), 5u);
+  EXPECT_EQ(sink.events.back().action, Action::oom);
+  EXPECT_EQ(sink.events.back().size, 25u);
+  EXPECT_EQ(sink.events.back().addr, 20u);
+  EXPECT_EQ(sink.last.reserved_bytes, 80u);
+  EXPECT_EQ(sink.last.allocated_bytes, 60u);
+  EXPECT_NE(oom->message.find("CUDA out of memory. Tried to allocate 25 B"), std::string::npos);
+}
+
+TEST(SimulatedDevice, ReleasesUnusedCachedSegmentsBeforeFailing) {
+  const auto snap = snapshot_of({entry(Action::segment_alloc, 1000, 40), entry(Action::alloc, 1000, 30),
+                                 entry(Action::free_requested, 1000, 30), entry(Action::free_completed, 1000, 30),
+                                 entry(Action::segment_alloc, 2000, 40), entry(Action::alloc, 2000, 30),
+                                 entry(Action::segment_alloc, 3000, 40), entry(Action::alloc, 3000, 30),
+                                 // The real run still had segment 1000 cached; the model released it.
+                                 entry(Action::alloc, 1000, 10)});
+  SimulatedDevice device(snap, 100);
+  CollectingSink sink;
+  const auto oom = device.replay(sink);
+  // Segment 1000 was released to make room for 3000 ...
+  bool released = false;
+  for (std::size_t i = 0; i < sink.events.size(); ++i) {
+    if (sink.events[i].action == Action::segment_free && sink.events[i].addr == 1000) {
+      released = true;
+      EXPECT_EQ(sink.events.at(i + 1).action, Action::segment_alloc);
+      EXPECT_EQ(sink.events.at(i + 1).addr, 3000u);
+    }
+  }
+  EXPECT_TRUE(released);
+  // ... and reserving it again for the last alloc does not fit: 80 + 40 > 100 with nothing left to release.
+  ASSERT_TRUE(oom.has_value());
+  EXPECT_EQ(oom->trace_index, 8u);
+  EXPECT_EQ(oom->requested_bytes, 10u);
+}
+
+TEST(SimulatedDevice, ReconstructsStateThatPredatesTheTrace) {
+  TorchSnapshot snap = snapshot_of({entry(Action::free_requested, 1000, 16), entry(Action::free_completed, 1000, 16),
+                                    entry(Action::alloc, 1100, 8)});
+  SnapshotSegment seg;
+  seg.address = 1000;
+  seg.total_size = 256;
+  seg.blocks.push_back(SnapshotBlock{1000, 16, 16, "inactive", kNoStack});
+  seg.blocks.push_back(SnapshotBlock{1100, 8, 8, "active_allocated", kNoStack});
+  seg.blocks.push_back(SnapshotBlock{1200, 32, 32, "active_allocated", kNoStack});  // allocated before the trace
+  snap.segments.push_back(seg);
+  SimulatedDevice device(snap, 1024);
+  EXPECT_EQ(device.start_reserved_bytes(), 256u);
+  EXPECT_EQ(device.start_allocated_bytes(), 16u + 32u);  // the freed block and the untouched one
+  CollectingSink sink;
+  EXPECT_FALSE(device.replay(sink).has_value());
+  EXPECT_EQ(device.stats().allocated_bytes, 8u + 32u);
+  EXPECT_EQ(device.anomalies().free_of_unknown_block, 0u);
+  EXPECT_THROW(SimulatedDevice(snap, 255), std::invalid_argument);  // the start state alone does not fit
+}
+
+TEST(SimulatedDevice, RealFullStepFitsIn64GiBAndEveryTraceEventIsEmitted) {
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(test::snapshot_path("transformer-lm-fullstep-ctx128.pickle"), stacks);
+  SimulatedDevice device(snap, parse_bytes("64GiB"));
+  CollectingSink sink;
+  ASSERT_FALSE(device.replay(sink).has_value());
+  std::size_t allocs = 0, requested = 0, completed = 0;
+  for (const auto& e : sink.events) {
+    allocs += e.action == Action::alloc;
+    requested += e.action == Action::free_requested;
+    completed += e.action == Action::free_completed;
+  }
+  EXPECT_EQ(allocs, 6771u);
+  EXPECT_EQ(requested, 5894u);
+  EXPECT_EQ(completed, 5894u);
+  EXPECT_LE(device.stats().peak_reserved_bytes, parse_bytes("64GiB"));
+  EXPECT_GT(device.stats().peak_reserved_bytes, parse_bytes("56GiB"));
+  const auto& a = device.anomalies();
+  EXPECT_EQ(a.alloc_outside_segments + a.free_of_unknown_block + a.free_of_unknown_segment, 0u);
+  // A second loop starts from the same state as the first.
+  ASSERT_FALSE(device.rewind(sink).has_value());
+  EXPECT_EQ(device.stats().allocated_bytes, device.start_allocated_bytes());
+  EXPECT_EQ(device.stats().reserved_bytes, device.start_reserved_bytes());
+  ASSERT_FALSE(device.replay(sink).has_value());
+}
+
+TEST(SimulatedDevice, RealFullStepRunsOutOfMemoryIn40GiBWithinCapacityUntilThen) {
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(test::snapshot_path("transformer-lm-fullstep-ctx128.pickle"), stacks);
+  const std::uint64_t capacity = parse_bytes("40GiB");
+  SimulatedDevice device(snap, capacity);
+  CollectingSink sink;
+  const auto oom = device.replay(sink);
+  ASSERT_TRUE(oom.has_value());
+  EXPECT_LE(device.stats().peak_reserved_bytes, capacity);
+  EXPECT_LT(oom->device_free_bytes, parse_bytes("2MiB") + oom->requested_bytes);
+  // Every alloc of the trace before the failing entry was emitted, in order, with its size.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> trace_allocs, emitted;
+  for (std::size_t i = 0; i < oom->trace_index; ++i) {
+    const auto& e = snap.device_traces[0][i];
+    if (e.action == Action::alloc) trace_allocs.emplace_back(e.addr, e.size);
+  }
+  for (const auto& e : sink.events) {
+    if (e.action == Action::alloc) emitted.emplace_back(e.addr, e.size);
+  }
+  EXPECT_EQ(emitted, trace_allocs);
+  // More memory fails later or not at all; a device the size of the start state fails at the first segment.
+  SimulatedDevice bigger(snap, parse_bytes("48GiB"));
+  CollectingSink sink2;
+  const auto later = bigger.replay(sink2);
+  if (later) {
+    EXPECT_GT(later->trace_index, oom->trace_index);
+  }
+  SimulatedDevice tight(snap, device.start_reserved_bytes());
+  CollectingSink sink3;
+  const auto first = tight.replay(sink3);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(snap.device_traces[0][first->trace_index].action, Action::segment_alloc);
+}
+
+}  // namespace
+}  // namespace oomflight::sim
