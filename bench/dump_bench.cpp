@@ -1,9 +1,12 @@
 // Seconds for a whole coordinated dump of R ranks x N events into one archive, and the watcher thread's idle CPU.
-//   mpirun -np 4 oomflight_dump_bench [EVENTS_PER_RANK=100000] [REPEATS=5] [IDLE_SECONDS=10]
+//   mpirun -np 4 oomflight_dump_bench [EVENTS_PER_RANK=100000] [REPEATS=5] [IDLE_SECONDS=10] [WAIT=sleep|spin]
 // Each rank records EVENTS events through the C API (50 distinct stacks of 30 frames, like a PyTorch trace).
-// Then, REPEATS times, rank 0 asks for a dump (kind signal) while the other ranks wait in a barrier, as training
-// ranks wait in a collective: the time from the request to the barrier after it is the whole dump (freeze,
-// triggers, agreement, collective write, close) as a job sees it; rank 0 prints the median and the slowest.
+// Then, REPEATS times, rank 0 asks for a dump (kind signal) while the other ranks wait for it, as training ranks
+// wait in a collective: the time from the request until every rank has passed a barrier after it is the whole
+// dump (freeze, triggers, agreement, collective write, close) as a job sees it; rank 0 prints the median and the
+// slowest. WAIT says how the others wait: `sleep` polls an MPI_Ibarrier every 200 us (ranks of a PyTorch job wait
+// in NCCL, off MPI, leaving the CPU and MPI's progress engine to the watcher), `spin` blocks in MPI_Barrier (the
+// replay's ranks wait in MPI_Allreduce, which busy-polls the same progress engine the watcher needs).
 // Then every rank holds its idle session for IDLE_SECONDS and rank 0 prints the CPU time it cost (getrusage: all
 // threads). Settings come from the environment (OOMFLIGHT_POLL_INTERVAL, ...); the bench sets only the folder
 // (a temporary one), the ring size, overwriting and the run name, unless they are set.
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
   const int events = argc > 1 ? std::atoi(argv[1]) : 100000;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const int idle = argc > 3 ? std::atoi(argv[3]) : 10;
+  const bool spin = argc > 4 && std::string(argv[4]) == "spin";
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;
@@ -83,15 +87,25 @@ int main(int argc, char** argv) {
       }
       path = oomflight_last_dump_path();
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (spin) {
+      MPI_Barrier(MPI_COMM_WORLD);
+    } else {
+      MPI_Request barrier;
+      MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
+      for (int done = 0; !done;) {
+        MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
     seconds.push_back(MPI_Wtime() - start);
   }
   std::sort(seconds.begin(), seconds.end());
   if (rank == 0 && !seconds.empty()) {
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(path, ec);
-    std::printf("whole dump of %d ranks x %d events: median %.3f s, slowest %.3f s (%d repeats), archive %.1f MiB\n",
-                size, events, seconds[seconds.size() / 2], seconds.back(), repeats,
+    std::printf("whole dump of %d ranks x %d events, others waiting (%s): median %.3f s, slowest %.3f s (%d repeats), "
+                "archive %.1f MiB\n",
+                size, events, spin ? "spin" : "sleep", seconds[seconds.size() / 2], seconds.back(), repeats,
                 ec ? 0.0 : static_cast<double>(bytes) / 1048576.0);
   }
   if (idle > 0) {

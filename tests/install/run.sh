@@ -15,7 +15,8 @@ foreign='mpi\.h|/openmpi/|hdf5|spdlog|/fmt/|fmt/core'
 prefix=$work/prefix
 "$cmake" --install "$build" --prefix "$prefix" >"$work/install.log"
 cd "$prefix"
-lib=$(find . -name 'liboomflight.so' | head -1)
+lib=$(find . -name liboomflight.so | head -1)
+lib=${lib#./}
 [ -n "$lib" ] || fail "no liboomflight.so under the prefix"
 libdir=$prefix/$(dirname "$lib")
 for f in bin/oomflight include/oomflight/oomflight.h include/oomflight/version.h include/oomflight/api.h \
@@ -31,6 +32,16 @@ internal=$(find include \( -name 'session.hpp' -o -name 'log.hpp' -o -name 'coll
                            -o -name 'dump_executor.hpp' -o -name 'trigger_protocol.hpp' -o -name 'h5_*.hpp' \))
 [ -z "$internal" ] || fail "internal headers are installed: $internal"
 echo "installed: $(find . -type f | wc -l) files, $(find include -type f | wc -l) headers"
+
+# The library exports its faces only: the C API and the OOMFLIGHT_API C++ faces, never the control plane's
+# internals, spdlog, fmt, MPI or HDF5 (a library loaded into a foreign process must not clash with the host's).
+exports=$(nm -D --defined-only "$prefix/$lib" | c++filt)
+if grep -E "oomflight::(Session|TriggerProtocol|DumpExecutor|log|set_log|identify|write_archive_collective)|spdlog::logger::|fmt::v[0-9]+::|MPI_|H5[A-Z]" <<<"$exports"; then
+  fail "liboomflight exports internal or foreign symbols (above)"
+fi
+c_api=$(grep -cE " T oomflight_" <<<"$exports")
+[ "$c_api" -ge 16 ] || fail "only $c_api C API functions are exported"
+echo "exports: $c_api C API functions, no internals"
 
 # The command, from the prefix alone.
 got=$("$prefix/bin/oomflight" --version)

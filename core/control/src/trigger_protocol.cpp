@@ -222,6 +222,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
     return fall_back(h, is_origin, request, start_ns,
                      fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text));
   }
+  log().debug("votes of {} ranks in {}", size, format_seconds(seconds_since(start_ns)));
   std::vector<std::int32_t> origins;
   std::string reason;
   for (const auto& v : votes) {
@@ -252,6 +253,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   if (path[0] == '\0') {
     return fall_back(h, is_origin, request, start_ns, "the archive's folder could not be created", origins);
   }
+  log().debug("path agreed in {}", format_seconds(seconds_since(start_ns)));
 
   std::vector<std::int32_t> present(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
@@ -262,6 +264,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   } catch (const std::exception& e) {
     return fall_back(h, is_origin, request, start_ns, e.what(), origins);  // every rank throws together
   }
+  log().debug("archive written in {}", format_seconds(seconds_since(start_ns)));
   DumpResult r;
   r.status = DumpResult::Status::archive;
   r.kind = kind;
