@@ -4,8 +4,6 @@
 #include <string>
 
 #include "oomflight/format/archive_reader.hpp"
-#include "oomflight/analysis/post_mortem.hpp"
-#include "oomflight/export/text_report.hpp"
 
 namespace oomflight {
 namespace {
@@ -75,13 +73,6 @@ TEST(ArchiveV1, CollectiveArchiveOfFourRanksWithTwoOrigins) {
       EXPECT_EQ(frames[0]->line, rank + 1);
     }
   }
-  const PostMortem pm = analyze(a);
-  EXPECT_EQ(pm.origins, (std::vector<int>{2, 3}));
-  EXPECT_EQ(pm.first_origin, 2);
-  const std::string text = render_report(a, pm);
-  EXPECT_NE(text.find("origin: ranks 2, 3 (rank 2 failed first)"), std::string::npos) << text;
-  EXPECT_NE(text.find("rank 3 at batch 0: requested 16.00 KiB, device free 77 B of 3.81 MiB"), std::string::npos)
-      << text;
 }
 
 TEST(ArchiveV1, RankLocalFileOfOneRank) {

@@ -1,0 +1,38 @@
+// The text report of a known archive (the schema-v1 fixture of tests/data/v1), line by line where it matters.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "oomflight/analysis/post_mortem.hpp"
+#include "oomflight/export/text_report.hpp"
+#include "oomflight/format/archive_reader.hpp"
+
+namespace oomflight {
+namespace {
+
+TEST(TextReport, NamesTheOriginsTheirRequestsEveryRankAndTheLargestBlocksWithFrames) {
+  const Archive a = read_archive(std::string(OOMFLIGHT_SOURCE_DIR) + "/tests/data/v1/oom-4ranks-2origins.h5");
+  const std::string text = render_report(a, analyze(a, 2), 1);
+  for (const char* expected : {
+           "run v1-fixture, kind oom, written 2026-11-22T11:23:02Z by oomflight 0.1.0 (schema 1)\n",
+           "world size 4, ranks present 0,1,2,3 (4 of 4)\n",
+           "origin: ranks 2, 3 (rank 2 failed first)\n",
+           "  rank 2 at batch 0: requested 12.00 KiB, device free 77 B of 3.81 MiB\n",
+           "    driver: out of memory on rank 3\n",
+           "largest live allocations on rank 3 (of 50 live blocks, 48.97 KiB in the recorded history; 976.56 KiB "
+           "allocated in all):\n",
+           "        train_step (driver.py:4)\n",
+           "  rank 1: 1.91 MiB reserved of 3.81 MiB (50.0%), 1.91 MiB headroom; peak reserved 2.38 MiB\n",
+       }) {
+    EXPECT_NE(text.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << text;
+  }
+  // Ranks 0 to 3 each have one row in the table; only origins are marked.
+  std::size_t marked = 0;
+  for (std::size_t at = text.find("<- out of memory"); at != std::string::npos; at = text.find("<- out of memory", at + 1)) {
+    ++marked;
+  }
+  EXPECT_EQ(marked, 2u);
+}
+
+}  // namespace
+}  // namespace oomflight
