@@ -219,9 +219,10 @@ OOMFLIGHT_API int oomflight_trigger_oom(int device, const char* reason, uint64_t
  *  host), else 0. Either may be NULL. Pure; thread-safe; needs no init. */
 OOMFLIGHT_API int oomflight_is_oom(const char* type_name, const char* message);
 
-/** Writes one line in oomflight's log format ("oomflight[rank N] level: message" once the rank is known) to
- *  stderr, if `level` passes OOMFLIGHT_LOG_LEVEL. For plugins, so that their messages read like oomflight's.
- *  Needs no init. Returns OOMFLIGHT_OK or OOMFLIGHT_EINVAL (level out of range, message NULL). */
+/** Writes one line in oomflight's log format ("oomflight[rank N] level: message" once oomflight_init has named
+ *  the rank, "oomflight level: message" before) to stderr, if `level` passes OOMFLIGHT_LOG_LEVEL (info until
+ *  oomflight_init has read it). For plugins, so that their messages read like oomflight's. Needs no init.
+ *  Returns OOMFLIGHT_OK or OOMFLIGHT_EINVAL (level out of range, message NULL). */
 OOMFLIGHT_API int oomflight_log(int level, const char* message);
 
 /** Stops the watcher thread and, if oomflight_init initialised MPI, finalises it. Call it on a normal exit that

@@ -57,6 +57,7 @@ class OOMFLIGHT_API Document {
   /// recurses (so nesting cannot overflow the C stack).
   static Document parse(std::string bytes, const Limits& limits = {});
 
+  /// The pickled object (the snapshot dict for a PyTorch snapshot). Valid as long as the Document lives.
   const Value& root() const { return *root_; }
 
   Document(Document&&) noexcept = default;

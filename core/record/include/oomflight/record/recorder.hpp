@@ -93,6 +93,7 @@ class OOMFLIGHT_API Recorder {
   /// 0 .. kMaxDevices - 1) without stopping writers. Allocates (~1 ms per 100k events); throws std::bad_alloc.
   FrozenHistory freeze(int device = -1) const;
 
+  /// The ring, for readers that copy it themselves (freeze() is the usual way). Thread-safe to read.
   const Ring& ring() const noexcept { return ring_; }
   /// The stack table, for sources that intern whole batches of stacks (the snapshot decoder).
   StackTable& stacks() noexcept { return stacks_; }
