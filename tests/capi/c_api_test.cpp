@@ -185,6 +185,48 @@ TEST_F(CApi, TriggerOomRecordsTheEventOnItsDeviceAndDumps) {
   EXPECT_EQ(std::string(oomflight_last_dump_path()), path("oom.0-1.h5"));
 }
 
+TEST_F(CApi, ExplicitSettingsOverrideTheEnvironmentAndAreCheckedAlike) {
+  setenv("OOMFLIGHT_MAX_ENTRIES", "lots", 1);  // overridden: never parsed
+  const char* names[] = {"OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_RUN_NAME"};
+  const char* values[] = {"3", "explicit"};
+  ASSERT_EQ(oomflight_init_settings(names, values, 2), OOMFLIGHT_OK) << last_error();
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 4096 * i, 512, 0, -1), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_trigger_oom(0, "CUDA out of memory", 1 << 20, 0), OOMFLIGHT_OK) << last_error();
+  const Archive archive = read_archive(oomflight_last_dump_path());
+  EXPECT_EQ(archive.header.run_name, "explicit");
+  EXPECT_EQ(archive.events.size(), 3u);  // the ring's bound is the explicit 3
+  EXPECT_EQ(archive.ranks.at(0).overwritten, 3u);  // 5 allocs + the oom event, 3 kept
+  ASSERT_EQ(oomflight_shutdown(), OOMFLIGHT_OK);
+  EXPECT_EQ(oomflight_init(), OOMFLIGHT_ECONFIG);  // the variable alone is still checked
+  EXPECT_NE(last_error().find("OOMFLIGHT_MAX_ENTRIES='lots'"), std::string::npos) << last_error();
+  unsetenv("OOMFLIGHT_MAX_ENTRIES");
+
+  const char* bad_names[] = {"OOMFLIGHT_POLL_INTERVAL"};
+  const char* bad_values[] = {"soon"};
+  EXPECT_EQ(oomflight_init_settings(bad_names, bad_values, 1), OOMFLIGHT_ECONFIG);
+  EXPECT_NE(last_error().find("OOMFLIGHT_POLL_INTERVAL='soon'"), std::string::npos) << last_error();
+  const char* unknown[] = {"OOMFLIGHT_MAX_ENTRYS"};
+  EXPECT_EQ(oomflight_init_settings(unknown, values, 1), OOMFLIGHT_ECONFIG);
+  EXPECT_NE(last_error().find("OOMFLIGHT_MAX_ENTRYS is not an oomflight setting"), std::string::npos) << last_error();
+  EXPECT_EQ(oomflight_init_settings(nullptr, values, 1), OOMFLIGHT_EINVAL);
+  const char* null_value[] = {nullptr};
+  EXPECT_EQ(oomflight_init_settings(names, null_value, 1), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("setting 0"), std::string::npos) << last_error();
+}
+
+TEST_F(CApi, TheFirstHeadersTriggerDumpStillWorksOnDeviceZero) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  EXPECT_EQ(oomflight_trigger_dump("CUDA out of memory", 1 << 20, 5), OOMFLIGHT_OK) << last_error();
+#pragma GCC diagnostic pop
+  const Archive archive = read_archive(oomflight_last_dump_path());
+  ASSERT_EQ(archive.events.size(), 1u);
+  EXPECT_EQ(archive.events[0].action, Action::oom);
+  EXPECT_EQ(archive.events[0].device, 0);
+  EXPECT_EQ(archive.events[0].size, 1u << 20);
+}
+
 TEST_F(CApi, DisabledRecordsButDumpsNothing) {
   setenv("OOMFLIGHT_ENABLED", "0", 1);
   ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();

@@ -64,7 +64,10 @@ flags=$(pkg-config --cflags --libs oomflight)
 [ "$(pkg-config --modversion oomflight)" = "$version" ] || fail "pkg-config --modversion is not $version"
 if grep -Eq "$foreign" <<<"$flags"; then fail "pkg-config flags name a private dependency: $flags"; fi
 # shellcheck disable=SC2086
-"$cc" -std=c11 -Wall -Wextra -Werror "$consumers/c_consumer.c" $flags -Wl,-rpath,"$libdir" -o "$work/c_consumer"
+# The README's line: the rpath comes from the .pc file's libdir (relocatable: it resolves under this prefix).
+pc_libdir=$(pkg-config --variable=libdir oomflight)
+[ "$(realpath "$pc_libdir")" = "$(realpath "$libdir")" ] || fail "pkg-config libdir $pc_libdir is not $libdir"
+"$cc" -std=c11 -Wall -Wextra -Werror "$consumers/c_consumer.c" $flags -Wl,-rpath,"$pc_libdir" -o "$work/c_consumer"
 mkdir "$work/c-run" && cd "$work/c-run"
 OOMFLIGHT_RUN_NAME=c-consumer OOMFLIGHT_FOLDER=out "$work/c_consumer"
 [ -f out/oom.3.h5 ] || fail "the C consumer wrote no out/oom.3.h5"

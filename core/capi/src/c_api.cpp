@@ -6,7 +6,10 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <mutex>
 #include <new>
 #include <string>
@@ -65,13 +68,29 @@ std::string g_last_dump_path;  // guarded by g_dump_mutex
 thread_local std::string t_last_error;
 thread_local std::string t_last_dump_path;
 
-int fail(int code, std::string message) {
-  t_last_error = std::move(message);
+// Stores this thread's message and returns `code`. noexcept: when even the message cannot be stored (no host
+// memory), the code alone still reaches the caller and oomflight_last_error() says that much.
+int fail(int code, std::string_view message) noexcept {
+  try {
+    t_last_error.assign(message);
+  } catch (...) {
+    t_last_error.clear();  // never throws; "" then means "no memory for the message"
+  }
   return code;
 }
 
-int not_initialised(const char* function) {
-  return fail(OOMFLIGHT_ESTATE, fmt::format("{}: oomflight_init was not called (or oomflight_shutdown was)", function));
+// fail() with a fmt message; a formatting failure (no memory) keeps the code and a fixed message.
+template <typename... Args>
+int failf(int code, fmt::format_string<Args...> format, Args&&... args) noexcept {
+  try {
+    return fail(code, fmt::format(format, std::forward<Args>(args)...));
+  } catch (...) {
+    return fail(code, "oomflight: out of host memory while describing an error");
+  }
+}
+
+int not_initialised(const char* function) noexcept {
+  return failf(OOMFLIGHT_ESTATE, "{}: oomflight_init was not called (or oomflight_shutdown was)", function);
 }
 
 // Runs `body`, turning any exception into a return code: nothing may unwind into C.
@@ -80,11 +99,13 @@ int guarded(const char* function, Body&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    return fail(OOMFLIGHT_ENOMEM, fmt::format("{}: out of host memory", function));
+    return failf(OOMFLIGHT_ENOMEM, "{}: out of host memory", function);
+  } catch (const std::length_error& e) {
+    return failf(OOMFLIGHT_EFULL, "{}: {}", function, e.what());
   } catch (const std::exception& e) {
-    return fail(OOMFLIGHT_EINTERNAL, fmt::format("{}: {}", function, e.what()));
+    return failf(OOMFLIGHT_EINTERNAL, "{}: {}", function, e.what());
   } catch (...) {
-    return fail(OOMFLIGHT_EINTERNAL, fmt::format("{}: unknown exception", function));
+    return failf(OOMFLIGHT_EINTERNAL, "{}: unknown exception", function);
   }
 }
 
@@ -113,6 +134,57 @@ int dump(const oomflight::DumpRequest& request, oomflight_dump_result* out) {
   return dump_status_code(r);
 }
 
+// oomflight_init and oomflight_init_settings: `count` explicit settings (OOMFLIGHT_* names) override the
+// environment; both go through the one option table, so a keyword argument and a variable fail alike.
+int init_session(const char* const* names, const char* const* values, size_t count, const char* function) noexcept {
+  if (g_session) return failf(OOMFLIGHT_ESTATE, "{}: already initialised", function);
+  if (count > 0 && (names == nullptr || values == nullptr)) {
+    return failf(OOMFLIGHT_EINVAL, "{}: names or values is NULL", function);
+  }
+  std::size_t entries = 0;
+  try {
+    std::map<std::string, std::string, std::less<>> explicit_settings;
+    for (size_t i = 0; i < count; ++i) {
+      if (names[i] == nullptr || values[i] == nullptr) {
+        return failf(OOMFLIGHT_EINVAL, "{}: setting {} has a NULL name or value", function, i);
+      }
+      explicit_settings[names[i]] = values[i];
+    }
+    std::vector<std::string> present = oomflight::oomflight_environment_names();
+    for (const auto& [name, value] : explicit_settings) present.push_back(name);
+    const auto lookup = [&](std::string_view name) -> std::optional<std::string> {
+      if (auto it = explicit_settings.find(name); it != explicit_settings.end()) return it->second;
+      const char* v = std::getenv(std::string(name).c_str());
+      return v ? std::optional<std::string>(v) : std::nullopt;
+    };
+    oomflight::Config config = oomflight::Config::from_environment(lookup, present);
+    MPI_Comm world = MPI_COMM_NULL;
+    if (oomflight::launched_by_mpi()) {
+      try {
+        // Only ever set, never cleared here: a retry after a failed init must still finalise what we started.
+        if (oomflight::initialise_mpi_if_needed()) g_we_initialised_mpi = true;
+      } catch (const std::exception& e) {
+        return failf(OOMFLIGHT_EMPI, "{}: {}", function, e.what());
+      }
+      world = MPI_COMM_WORLD;
+    }
+    entries = config.max_entries;
+    g_session = std::make_unique<oomflight::Session>(std::move(config), world);
+  } catch (const oomflight::ConfigError& e) {
+    return fail(OOMFLIGHT_ECONFIG, e.what());
+  } catch (const std::bad_alloc&) {
+    return failf(OOMFLIGHT_ENOMEM,
+                 "{}: cannot allocate the history of OOMFLIGHT_MAX_ENTRIES={} events ({} MiB); "
+                 "set a smaller OOMFLIGHT_MAX_ENTRIES",
+                 function, entries, (entries * 64) >> 20);
+  } catch (const std::exception& e) {
+    return failf(OOMFLIGHT_EINTERNAL, "{}: {}", function, e.what());
+  } catch (...) {
+    return failf(OOMFLIGHT_EINTERNAL, "{}: unknown exception", function);
+  }
+  return OOMFLIGHT_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -123,37 +195,10 @@ const char* oomflight_version(void) { return OOMFLIGHT_VERSION_STRING; }
 
 int oomflight_launched_by_mpi(void) { return oomflight::launched_by_mpi() ? 1 : 0; }
 
-int oomflight_init(void) {
-  if (g_session) return fail(OOMFLIGHT_ESTATE, "oomflight_init: already initialised");
-  oomflight::Config config;
-  try {
-    config = oomflight::Config::from_environment();
-  } catch (const oomflight::ConfigError& e) {
-    return fail(OOMFLIGHT_ECONFIG, e.what());
-  } catch (const std::exception& e) {
-    return fail(OOMFLIGHT_EINTERNAL, fmt::format("oomflight_init: {}", e.what()));
-  }
-  MPI_Comm world = MPI_COMM_NULL;
-  if (oomflight::launched_by_mpi()) {
-    try {
-      g_we_initialised_mpi = oomflight::initialise_mpi_if_needed();
-    } catch (const std::exception& e) {
-      return fail(OOMFLIGHT_EMPI, fmt::format("oomflight_init: {}", e.what()));
-    }
-    world = MPI_COMM_WORLD;
-  }
-  const std::size_t entries = config.max_entries;
-  try {
-    g_session = std::make_unique<oomflight::Session>(std::move(config), world);
-  } catch (const std::bad_alloc&) {
-    return fail(OOMFLIGHT_ENOMEM,
-                fmt::format("oomflight_init: cannot allocate the history of OOMFLIGHT_MAX_ENTRIES={} events ({} MiB); "
-                            "set a smaller OOMFLIGHT_MAX_ENTRIES",
-                            entries, (entries * 64) >> 20));
-  } catch (const std::exception& e) {
-    return fail(OOMFLIGHT_EINTERNAL, fmt::format("oomflight_init: {}", e.what()));
-  }
-  return OOMFLIGHT_OK;
+int oomflight_init(void) { return init_session(nullptr, nullptr, 0, "oomflight_init"); }
+
+int oomflight_init_settings(const char* const* names, const char* const* values, size_t count) {
+  return init_session(names, values, count, "oomflight_init_settings");
 }
 
 int oomflight_rank(int* rank, int* world_size) {
@@ -166,10 +211,10 @@ int oomflight_rank(int* rank, int* world_size) {
 int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, int32_t stack_id) {
   if (!g_session) return not_initialised("oomflight_record");
   if (action < 0 || action >= OOMFLIGHT_ACTION_COUNT) {
-    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_record: action {} is not an enum oomflight_action", action));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record: action {} is not an enum oomflight_action", action);
   }
   if (device < 0 || device > INT16_MAX) {
-    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_record: device {} is outside 0 .. 32767", device));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record: device {} is outside 0 .. 32767", device);
   }
   const bool kept = g_session->recorder().record(static_cast<Action>(action), static_cast<std::int16_t>(device),
                                                  addr, size, stream, stack_id);
@@ -178,7 +223,7 @@ int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint6
 
 int oomflight_mark_batch(int64_t batch) {
   if (!g_session) return not_initialised("oomflight_mark_batch");
-  if (batch < 0) return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_mark_batch: batch {} is negative", batch));
+  if (batch < 0) return failf(OOMFLIGHT_EINVAL, "oomflight_mark_batch: batch {} is negative", batch);
   g_session->recorder().mark_batch(batch);
   return OOMFLIGHT_OK;
 }
@@ -192,7 +237,7 @@ int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, i
     refs.reserve(count);
     for (size_t i = 0; i < count; ++i) {
       if (frames[i].function == nullptr || frames[i].file == nullptr) {
-        return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_intern_stack: frame {} has a NULL function or file", i));
+        return failf(OOMFLIGHT_EINVAL, "oomflight_intern_stack: frame {} has a NULL function or file", i);
       }
       refs.push_back({frames[i].function, frames[i].file, frames[i].line});
     }
@@ -211,8 +256,8 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
                                      memory->peak_allocated_bytes, memory->peak_reserved_bytes,
                                      memory->device_capacity_bytes, memory->device_free_bytes};
   if (!g_session->recorder().set_memory(device, stats)) {
-    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_set_memory: device {} is outside 0 .. {}", device,
-                                              oomflight::kMaxDevices - 1));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_set_memory: device {} is outside 0 .. {}", device,
+                                              oomflight::kMaxDevices - 1);
   }
   return OOMFLIGHT_OK;
 }
@@ -224,12 +269,11 @@ int oomflight_request_dump(const struct oomflight_dump_request* request, struct 
                                   "(initialise it with OOMFLIGHT_DUMP_REQUEST_INIT)");
   }
   if (request->kind < 0 || request->kind >= OOMFLIGHT_DUMP_KIND_COUNT) {
-    return fail(OOMFLIGHT_EINVAL,
-                fmt::format("oomflight_request_dump: kind {} is not an enum oomflight_dump_kind", request->kind));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: kind {} is not an enum oomflight_dump_kind", request->kind);
   }
   if (request->device < -1 || request->device >= oomflight::kMaxDevices) {
-    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_request_dump: device {} is outside -1 .. {}",
-                                              request->device, oomflight::kMaxDevices - 1));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: device {} is outside -1 .. {}",
+                                              request->device, oomflight::kMaxDevices - 1);
   }
   return guarded("oomflight_request_dump", [&]() -> int {
     oomflight::DumpRequest r;
@@ -246,8 +290,8 @@ int oomflight_request_dump(const struct oomflight_dump_request* request, struct 
 int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_bytes, uint64_t device_free_bytes) {
   if (!g_session) return not_initialised("oomflight_trigger_oom");
   if (device < 0 || device >= oomflight::kMaxDevices) {
-    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_trigger_oom: device {} is outside 0 .. {}", device,
-                                              oomflight::kMaxDevices - 1));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_trigger_oom: device {} is outside 0 .. {}", device,
+                                              oomflight::kMaxDevices - 1);
   }
   g_session->recorder().record(Action::oom, static_cast<std::int16_t>(device), device_free_bytes, requested_bytes, 0);
   return guarded("oomflight_trigger_oom", [&]() -> int {
@@ -261,13 +305,21 @@ int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_byt
   });
 }
 
+int oomflight_trigger_dump(const char* reason, uint64_t requested_bytes, uint64_t device_free_bytes) {
+  return oomflight_trigger_oom(0, reason, requested_bytes, device_free_bytes);
+}
+
 int oomflight_is_oom(const char* type_name, const char* message) {
-  return oomflight::classify_oom(type_name ? type_name : "", message ? message : "") != oomflight::OomKind::none;
+  try {
+    return oomflight::classify_oom(type_name ? type_name : "", message ? message : "") != oomflight::OomKind::none;
+  } catch (...) {
+    return 0;  // the classifier allocates (lower-casing); with no host memory, say "not known to be an OOM"
+  }
 }
 
 int oomflight_log(int level, const char* message) {
   if (level < OOMFLIGHT_LOG_TRACE || level > OOMFLIGHT_LOG_ERROR) {
-    return fail(OOMFLIGHT_EINVAL, fmt::format("oomflight_log: level {} is not an enum oomflight_log_level", level));
+    return failf(OOMFLIGHT_EINVAL, "oomflight_log: level {} is not an enum oomflight_log_level", level);
   }
   if (message == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_log: message is NULL");
   return guarded("oomflight_log", [&]() -> int {
@@ -278,12 +330,14 @@ int oomflight_log(int level, const char* message) {
 
 int oomflight_shutdown(void) {
   if (!g_session) return not_initialised("oomflight_shutdown");
-  g_session.reset();
-  if (g_we_initialised_mpi) {
-    oomflight::finalise_mpi();
-    g_we_initialised_mpi = false;
-  }
-  return OOMFLIGHT_OK;
+  return guarded("oomflight_shutdown", []() -> int {
+    g_session.reset();
+    if (g_we_initialised_mpi) {
+      g_we_initialised_mpi = false;
+      oomflight::finalise_mpi();
+    }
+    return OOMFLIGHT_OK;
+  });
 }
 
 const char* oomflight_last_error(void) { return t_last_error.c_str(); }

@@ -32,8 +32,8 @@ struct Vote {
   std::uint64_t device_free_bytes = 0;
   std::int32_t device = 0;
   std::int32_t kind = 0;     ///< DumpKind
-  char reason[216] = {};     ///< NUL-padded, cut
+  char reason[224] = {};     ///< NUL-padded, cut (the origin prints its whole reason itself)
 };
-static_assert(sizeof(Vote) == 256);
+static_assert(sizeof(Vote) == 264);
 
 }  // namespace oomflight::protocol

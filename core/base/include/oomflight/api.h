@@ -21,4 +21,15 @@
 #define OOMFLIGHT_API __attribute__((visibility("default")))
 #endif
 
+/* OOMFLIGHT_DEPRECATED(message): a compiler warning at every call of a function kept only for old callers. */
+#if defined(OOMFLIGHT_BUILDING_LIBRARY)
+#define OOMFLIGHT_DEPRECATED(message)
+#elif defined(__GNUC__) || defined(__clang__)
+#define OOMFLIGHT_DEPRECATED(message) __attribute__((deprecated(message)))
+#elif defined(_MSC_VER)
+#define OOMFLIGHT_DEPRECATED(message) __declspec(deprecated(message))
+#else
+#define OOMFLIGHT_DEPRECATED(message)
+#endif
+
 #endif /* OOMFLIGHT_API_H */

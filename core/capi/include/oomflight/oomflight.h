@@ -103,7 +103,8 @@ enum oomflight_status {
   OOMFLIGHT_EMPI = -6,       /**< MPI could not be initialised or set up */
   OOMFLIGHT_ENOMEM = -7,     /**< memory for the history could not be allocated (OOMFLIGHT_MAX_ENTRIES too big?) */
   OOMFLIGHT_EDISABLED = -8,  /**< OOMFLIGHT_ENABLED=0: nothing is dumped */
-  OOMFLIGHT_EINTERNAL = -9   /**< an unexpected failure inside oomflight (a bug: please report the message) */
+  OOMFLIGHT_EINTERNAL = -9,  /**< an unexpected failure inside oomflight (a bug: please report the message) */
+  OOMFLIGHT_EFULL = -10      /**< a bounded table is full (oomflight_intern_stack: 2^31 - 1 stacks) */
 };
 
 /** One frame of a stack. Strings are copied; they need to live only during the call. line 0: unknown. */
@@ -171,6 +172,14 @@ OOMFLIGHT_API int oomflight_launched_by_mpi(void);
  *  or OOMFLIGHT_EINTERNAL. */
 OOMFLIGHT_API int oomflight_init(void);
 
+/** As oomflight_init, with `count` settings given as (name, value) pairs that override the environment: names
+ *  are the OOMFLIGHT_* variables' (`oomflight config` lists them), values are parsed and checked exactly as the
+ *  variables' are (the Python package's keyword arguments come through here). An unknown name or a bad value
+ *  gives OOMFLIGHT_ECONFIG with a message that names both. names and values are arrays of `count` strings,
+ *  copied; either may be NULL when count is 0. Returns as oomflight_init, or OOMFLIGHT_EINVAL (a NULL array or
+ *  string). */
+OOMFLIGHT_API int oomflight_init_settings(const char* const* names, const char* const* values, size_t count);
+
 /** This process's rank and the job's world size (0 and 1 without MPI). Either pointer may be NULL.
  *  Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_rank(int* rank, int* world_size);
@@ -191,29 +200,40 @@ OOMFLIGHT_API int oomflight_mark_batch(int64_t batch);
  *  2, ...; the same frames always give the same id). count 0 is a valid empty stack. Takes a mutex and may
  *  allocate: not for the hot path; intern each distinct stack once and reuse its id.
  *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (stack_id NULL, frames NULL with count > 0, or a NULL string),
- *  OOMFLIGHT_ENOMEM, OOMFLIGHT_ESTATE or OOMFLIGHT_EINTERNAL (the table holds 2^31 - 1 stacks). */
+ *  OOMFLIGHT_ENOMEM (no host memory for the table), OOMFLIGHT_EFULL (the table holds 2^31 - 1 stacks),
+ *  OOMFLIGHT_ESTATE or OOMFLIGHT_EINTERNAL. */
 OOMFLIGHT_API int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, int32_t* stack_id);
 
 /** Publishes one device's memory figures (see struct oomflight_memory); the device becomes the one whose figures
  *  a dump reports unless a request names another. Lock-free (relaxed atomic stores): cheap enough after every
- *  event. Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (memory NULL, struct_size too small, device outside 0 .. 63) or
+ *  event. Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (memory NULL, memory->struct_size below this header's sizeof,
+ *  device outside 0 .. 63) or
  *  OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_set_memory(int device, const struct oomflight_memory* memory);
 
 /** Asks for a dump of request->kind: freezes this rank's history at once, asks every rank to dump, and returns
  *  once the archive is closed (or every rank's rank-local fallback is written, or 3 x OOMFLIGHT_DUMP_TIMEOUT has
  *  passed). It records no event itself: a source that saw the failure records its oom event with
- *  oomflight_record first (or calls oomflight_trigger_oom). `result` may be NULL; its struct_size must be set.
+ *  oomflight_record first (or calls oomflight_trigger_oom). `result` may be NULL; it is filled only when its
+ *  struct_size is at least sizeof(struct oomflight_dump_result) (use OOMFLIGHT_DUMP_RESULT_INIT), else left as is.
  *  Returns OOMFLIGHT_OK when an archive was written, OOMFLIGHT_EDUMP otherwise (result->status says what was
- *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, struct_size too small, kind out of range) or
- *  OOMFLIGHT_ESTATE. The path written is oomflight_last_dump_path(). Blocks the calling thread; never throws. */
+ *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, request->struct_size below this header's
+ *  sizeof, kind out of range, device outside -1 .. 63), OOMFLIGHT_ENOMEM (no host memory for the dump),
+ *  OOMFLIGHT_EINTERNAL or OOMFLIGHT_ESTATE. The path written is oomflight_last_dump_path(). Blocks the calling
+ *  thread; never throws. */
 OOMFLIGHT_API int oomflight_request_dump(const struct oomflight_dump_request* request,
                                          struct oomflight_dump_result* result);
 
 /** The common case for an allocator hook: records an OOMFLIGHT_OOM event on `device` (size = requested_bytes,
- *  addr = device_free_bytes) and asks for an oom dump of that device; returns as oomflight_request_dump. */
+ *  addr = device_free_bytes) and asks for an oom dump of that device; returns as oomflight_request_dump, or
+ *  OOMFLIGHT_EINVAL for a device outside 0 .. 63. */
 OOMFLIGHT_API int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_bytes,
                                         uint64_t device_free_bytes);
+
+/** Deprecated since 0.1 (kept so that callers built against the first header still link and run):
+ *  oomflight_trigger_oom(0, reason, requested_bytes, device_free_bytes). */
+OOMFLIGHT_API int oomflight_trigger_dump(const char* reason, uint64_t requested_bytes, uint64_t device_free_bytes)
+    OOMFLIGHT_DEPRECATED("use oomflight_trigger_oom(device, ...)");
 
 /** Classifies an error: 1 when (type_name, message) is an out-of-memory error (PyTorch, XLA, CUDA, HIP, NCCL,
  *  host), else 0. Either may be NULL. Pure; thread-safe; needs no init. */
