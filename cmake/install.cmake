@@ -23,3 +23,10 @@ install(FILES ${PROJECT_BINARY_DIR}/oomflightConfig.cmake ${PROJECT_BINARY_DIR}/
 file(RELATIVE_PATH OOMFLIGHT_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/oomflight.pc.in ${PROJECT_BINARY_DIR}/oomflight.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/oomflight.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The Python package (and the torch extension's sources it builds at first use), where `oomflight run` finds it:
+# PREFIX/share/oomflight/python. `pip install ./python` is the other way in.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/oomflight DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python
+        PATTERN "__pycache__" EXCLUDE PATTERN ".gitignore" EXCLUDE PATTERN "_torch_plugin" EXCLUDE)
+install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python/oomflight/_torch_plugin)

@@ -1,24 +1,98 @@
-// `oomflight run [--run-name NAME] -- CMD...`: sets the environment, checks it, and execs CMD.
+// `oomflight run [--run-name NAME] [--python|--no-python] -- CMD...`: sets the environment, checks it, and execs
+// CMD. For a Python command it also makes Python load oomflight's package at start-up (a sitecustomize on
+// PYTHONPATH, python/oomflight/_bootstrap), so `mpirun -np N oomflight run -- python train.py` records with no
+// change to train.py.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
+#include <optional>
 
 #include "commands.hpp"
 #include "oomflight/control/config.hpp"
+#include "oomflight/oomflight.h"
 
 namespace oomflight::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The command is a Python interpreter: python, python3, python3.11, pythonw (by the executable's name).
+bool is_python(const std::string& command) {
+  const std::string name = fs::path(command).filename().string();
+  return name.rfind("python", 0) == 0;
+}
+
+// The folder that holds the `oomflight` Python package: installed beside this executable
+// (PREFIX/share/oomflight/python), else the source tree this executable was built from.
+std::optional<fs::path> python_package_root() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "oomflight" / "python");
+  candidates.emplace_back(OOMFLIGHT_PYTHON_SOURCE_DIR);
+  for (const auto& root : candidates) {
+    if (fs::is_regular_file(root / "oomflight" / "_bootstrap" / "sitecustomize.py", ec)) return root;
+  }
+  return std::nullopt;
+}
+
+// The liboomflight this process runs (the one the Python package must load: same version, same ABI).
+std::string own_library_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&oomflight_version), &info) != 0 && info.dli_fname != nullptr) {
+    std::error_code ec;
+    const fs::path path = fs::canonical(info.dli_fname, ec);
+    return ec ? std::string(info.dli_fname) : path.string();
+  }
+  return {};
+}
+
+// PYTHONPATH = bootstrap folder : package root : the job's own PYTHONPATH. Returns an error text or "".
+std::string inject_python_package() {
+  const auto root = python_package_root();
+  if (!root) {
+    return fmt::format("cannot find oomflight's Python package (looked in PREFIX/share/oomflight/python and {})",
+                       OOMFLIGHT_PYTHON_SOURCE_DIR);
+  }
+  std::string path = (*root / "oomflight" / "_bootstrap").string() + ":" + root->string();
+  if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr && *existing != '\0') {
+    path += std::string(":") + existing;
+  }
+  setenv("PYTHONPATH", path.c_str(), 1);
+  if (std::getenv("OOMFLIGHT_LIBRARY") == nullptr) {
+    const std::string library = own_library_path();
+    if (!library.empty()) setenv("OOMFLIGHT_LIBRARY", library.c_str(), 1);
+  }
+  return {};
+}
+
+}  // namespace
 
 Command add_run(CLI::App& app) {
   auto* sub = app.add_subcommand("run", "Run a command (each rank, under mpirun) with oomflight's environment set");
   auto run_name = std::make_shared<std::string>();
   auto command = std::make_shared<std::vector<std::string>>();
+  auto python = std::make_shared<bool>(false);
+  auto no_python = std::make_shared<bool>(false);
   sub->add_option("--run-name", *run_name, "The job's name (OOMFLIGHT_RUN_NAME), shared by all ranks");
+  auto* python_flag = sub->add_flag("--python", *python,
+                                    "Load oomflight's Python package at start-up (the default when the command is "
+                                    "python*)");
+  sub->add_flag("--no-python", *no_python, "Do not load the Python package")->excludes(python_flag);
   sub->add_option("command", *command, "The command to run, after --")->required();
-  return {sub, [run_name, command] {
+  return {sub, [run_name, command, python, no_python] {
     if (!run_name->empty()) setenv("OOMFLIGHT_RUN_NAME", run_name->c_str(), 1);
+    if (*python || (!*no_python && is_python((*command)[0]))) {
+      if (const std::string error = inject_python_package(); !error.empty()) {
+        print_error(error);
+        return kExitUsage;
+      }
+    }
     try {
       Config::from_environment();  // a bad value stops here, before the job starts, naming the variable
     } catch (const ConfigError& e) {

@@ -28,6 +28,8 @@ const Case kCases[] = {
      "memory'",
      OomKind::nccl},
     {"std::bad_alloc", "std::bad_alloc", OomKind::host},
+    {"MemoryError", "", OomKind::host},
+    {"builtins.MemoryError", "cannot allocate pinned memory", OomKind::host},
     {"RuntimeError", "Failed to allocate 1073741824 bytes", OomKind::message},
     {"RuntimeError", "cuBLAS allocation failed", OomKind::message},
     {"Error", "Resource exhausted: OOM", OomKind::message},

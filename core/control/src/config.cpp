@@ -90,6 +90,10 @@ std::vector<OptionSpec> make_table() {
       {"OOMFLIGHT_OVERWRITE", "bool", "0",
        "Replace an existing file. 0: keep it and write the new one as NAME-1.h5, NAME-2.h5, ...",
        [](Config& c, std::string_view v) { c.overwrite = parse_bool(v); }},
+      {"OOMFLIGHT_LIBRARY", "path", "",
+       "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: beside the "
+       "`oomflight` on PATH, then the loader's search path.",
+       [](Config& c, std::string_view v) { c.library = std::string(v); }},
       {"OOMFLIGHT_LOG_LEVEL", "string", "info", "trace, debug, info, warn, error or off.",
        [](Config& c, std::string_view v) {
          static const std::vector<std::string_view> kLevels = {"trace", "debug", "info", "warn", "error", "off"};

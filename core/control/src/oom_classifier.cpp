@@ -18,7 +18,7 @@ struct Rule {
 };
 
 // Most specific first: a torch error whose message mentions "CUDA out of memory" is a torch OOM.
-constexpr std::array<Rule, 17> kRules = {{
+constexpr std::array<Rule, 19> kRules = {{
     {Where::type_exact, "torch.OutOfMemoryError", OomKind::torch},
     {Where::type_exact, "torch.cuda.OutOfMemoryError", OomKind::torch},
     {Where::type_exact, "OutOfMemoryError", OomKind::torch},
@@ -31,6 +31,8 @@ constexpr std::array<Rule, 17> kRules = {{
     {Where::message_contains, "cuda failure 'out of memory'", OomKind::nccl},
     {Where::type_exact, "std::bad_alloc", OomKind::host},
     {Where::type_exact, "bad_alloc", OomKind::host},
+    {Where::type_exact, "MemoryError", OomKind::host},  // Python's host out-of-memory (builtins)
+    {Where::type_exact, "builtins.MemoryError", OomKind::host},
     {Where::message_contains, "std::bad_alloc", OomKind::host},
     {Where::message_contains, "out of memory", OomKind::message},
     {Where::message_contains, "resource exhausted", OomKind::message},

@@ -33,6 +33,7 @@ struct OOMFLIGHT_API Config {
   std::chrono::milliseconds poll_interval{10};    ///< the watcher thread's sleep between MPI_Test polls
   bool overwrite = false;             ///< replace an existing file instead of choosing a new name
   std::string log_level = "info";
+  std::string library;                ///< liboomflight's path for the Python package; unused by the library itself
 
   /// Reads every OOMFLIGHT_* variable through `lookup` (getenv by default), starting from the defaults.
   /// Throws ConfigError for a malformed value or an unknown OOMFLIGHT_* variable (a misspelt name must not be

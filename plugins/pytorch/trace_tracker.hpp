@@ -1,0 +1,235 @@
+// The PyTorch plugin's logic, apart from torch: what to do with each CUDA caching-allocator TraceEntry and with
+// the allocator's out-of-memory observer call. Header-only and templated on the entry type, so that the torch
+// extension (oomflight_torch.cpp) instantiates it with torch's own TraceEntry and the tests with stand-ins shaped
+// like torch 2.4's (c10/cuda/CUDACachingAllocator.h, stream_ a cudaStream_t) and the newest layout
+// (c10/core/CachingDeviceAllocator.h, stream_ a void*).
+//
+// It reaches liboomflight only through C function pointers (CApiTable) that the Python package resolves with
+// ctypes from the library it loaded: no C++ type crosses the boundary, and the extension needs neither
+// oomflight's headers nor a link line to build against any torch.
+//
+// Constraints from the allocator (PyTorch's record_trace / malloc): the tracker runs with the device's allocator
+// mutex held and possibly the GIL held, so it must not take the GIL, call torch or allocate; it only forwards the
+// event (a wait-free ring push) and updates this device's gauges with relaxed atomics. The OOM observer runs after
+// the OOM trace entry with the mutex released, before OutOfMemoryError is thrown: the place for the blocking,
+// coordinated dump.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+namespace oomflight::torch_plugin {
+
+/// liboomflight's C ABI version 1 (oomflight/oomflight.h), as the plugin uses it. A test compiles this header
+/// beside oomflight.h and checks every value and layout below against it.
+namespace abi {
+inline constexpr int kVersion = 1;
+inline constexpr int kAlloc = 0, kFreeRequested = 1, kFreeCompleted = 2, kSegmentAlloc = 3, kSegmentFree = 4,
+                     kSegmentMap = 5, kSegmentUnmap = 6, kOom = 7, kSnapshot = 8;
+inline constexpr int kDumpOom = 0;
+inline constexpr int kLogInfo = 2, kLogWarn = 3;
+inline constexpr int kMaxDevices = 64;  ///< devices oomflight_set_memory accepts (0 .. 63)
+
+struct Memory {  ///< struct oomflight_memory
+  std::uint32_t struct_size = sizeof(Memory);
+  std::uint32_t reserved0 = 0;
+  std::uint64_t allocated_bytes = 0, reserved_bytes = 0, peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::uint64_t device_capacity_bytes = 0, device_free_bytes = 0;
+};
+struct DumpRequest {  ///< struct oomflight_dump_request
+  std::uint32_t struct_size = sizeof(DumpRequest);
+  std::int32_t kind = kDumpOom;
+  const char* reason = nullptr;
+  std::uint64_t requested_bytes = 0, device_free_bytes = 0;
+  std::int32_t device = -1;
+  std::int32_t reserved0 = 0;
+  std::int64_t batch = -1;
+};
+struct DumpResult {  ///< struct oomflight_dump_result
+  std::uint32_t struct_size = sizeof(DumpResult);
+  std::int32_t status = 2, ranks_written = 0, world_size = 0;
+  std::int64_t batch = -1;
+  double seconds = 0.0;
+};
+static_assert(sizeof(Memory) == 56 && sizeof(DumpRequest) == 48 && sizeof(DumpResult) == 32);
+}  // namespace abi
+
+/// The C API functions the plugin calls (addresses from ctypes). Every pointer must be set before attaching.
+struct CApiTable {
+  int (*abi_version)() = nullptr;
+  int (*record)(int action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+                std::int32_t stack_id) = nullptr;
+  int (*set_memory)(int device, const abi::Memory* memory) = nullptr;
+  int (*request_dump)(const abi::DumpRequest* request, abi::DumpResult* result) = nullptr;
+  int (*log)(int level, const char* message) = nullptr;
+
+  bool complete() const noexcept {
+    return abi_version != nullptr && record != nullptr && set_memory != nullptr && request_dump != nullptr &&
+           log != nullptr;
+  }
+};
+
+/// oomflight's action for a torch action, mapped by name (torch's numbering differs from the archive's and has
+/// changed between versions). -1 for a name oomflight does not record (USER_DEFINED in newer torch).
+template <typename TorchAction>
+constexpr int action_code(TorchAction action) noexcept {
+  switch (action) {
+    case TorchAction::ALLOC: return abi::kAlloc;
+    case TorchAction::FREE_REQUESTED: return abi::kFreeRequested;
+    case TorchAction::FREE_COMPLETED: return abi::kFreeCompleted;
+    case TorchAction::SEGMENT_ALLOC: return abi::kSegmentAlloc;
+    case TorchAction::SEGMENT_FREE: return abi::kSegmentFree;
+    case TorchAction::SEGMENT_MAP: return abi::kSegmentMap;
+    case TorchAction::SEGMENT_UNMAP: return abi::kSegmentUnmap;
+    case TorchAction::OOM: return abi::kOom;
+    case TorchAction::SNAPSHOT: return abi::kSnapshot;
+    default: return -1;
+  }
+}
+
+/// A stream handle as an integer: cudaStream_t (a pointer) in torch 2.4, void* later, an integer in stand-ins.
+template <typename Stream>
+std::uint64_t stream_value(const Stream& stream) noexcept {
+  if constexpr (std::is_pointer_v<Stream>) {
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(stream));
+  } else {
+    return static_cast<std::uint64_t>(stream);
+  }
+}
+
+/// One device's figures as the trace implies them, in bytes, following CUDACachingAllocator's own statistics:
+/// allocated grows at ALLOC and shrinks at FREE_REQUESTED (free() decreases allocated_bytes before the block's
+/// stream uses end); reserved grows at SEGMENT_ALLOC / SEGMENT_MAP and shrinks at SEGMENT_FREE / SEGMENT_UNMAP.
+/// The trace carries requested sizes for blocks, so "allocated" here is requested bytes plus the seed (torch's
+/// allocated_bytes at attach time); the OOM observer replaces it with torch's exact figures.
+struct DeviceGauges {
+  std::atomic<std::int64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0};
+  std::atomic<std::uint64_t> capacity{0};
+  std::atomic<bool> oom_entry_seen{false};  ///< an OOM trace entry since the last observer call
+};
+
+/// Exact figures of one device from torch's getDeviceStats (observer time only: the mutex is free then).
+struct ExactStats {
+  std::int64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
+};
+
+/// Forwards trace entries and OOM observer calls to liboomflight. Thread-safety: on_entry may run concurrently
+/// for different devices (one allocator mutex per device) and concurrently with on_out_of_memory; all shared
+/// state is atomic. Nothing on on_entry's path allocates, locks or throws.
+class TraceTracker {
+ public:
+  explicit TraceTracker(const CApiTable& api) : api_(api) {}
+
+  /// Starts a device's gauges from torch's figures at attach time (bytes).
+  void seed(int device, std::int64_t allocated, std::int64_t reserved, std::uint64_t capacity) noexcept {
+    if (device < 0 || device >= abi::kMaxDevices) return;
+    DeviceGauges& g = gauges_[device];
+    g.allocated.store(allocated, std::memory_order_relaxed);
+    g.reserved.store(reserved, std::memory_order_relaxed);
+    g.peak_allocated.store(allocated, std::memory_order_relaxed);
+    g.peak_reserved.store(reserved, std::memory_order_relaxed);
+    g.capacity.store(capacity, std::memory_order_relaxed);
+  }
+
+  /// The AllocatorTraceTracker body: one TraceEntry (torch's type or a stand-in with the same member names:
+  /// action_, device_, addr_, size_, stream_; for OOM entries addr_ is the device's free bytes).
+  template <typename Entry>
+  void on_entry(const Entry& e) noexcept {
+    const int action = action_code(e.action_);
+    if (action < 0) {
+      unmapped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const int device = static_cast<int>(e.device_);
+    const auto addr = static_cast<std::uint64_t>(e.addr_);
+    const auto size = static_cast<std::uint64_t>(e.size_);
+    if (api_.record(action, device, addr, size, stream_value(e.stream_), -1) != 0) {
+      not_recorded_.fetch_add(1, std::memory_order_relaxed);  // dropped by the ring (counted there too)
+    }
+    forwarded_.fetch_add(1, std::memory_order_relaxed);
+    if (device < 0 || device >= abi::kMaxDevices) return;
+    DeviceGauges& g = gauges_[device];
+    const auto signed_size = static_cast<std::int64_t>(size);
+    switch (action) {
+      case abi::kAlloc: raise(g.allocated, g.peak_allocated, signed_size); break;
+      case abi::kFreeRequested: g.allocated.fetch_sub(signed_size, std::memory_order_relaxed); break;
+      case abi::kSegmentAlloc:
+      case abi::kSegmentMap: raise(g.reserved, g.peak_reserved, signed_size); break;
+      case abi::kSegmentFree:
+      case abi::kSegmentUnmap: g.reserved.fetch_sub(signed_size, std::memory_order_relaxed); break;
+      case abi::kOom: g.oom_entry_seen.store(true, std::memory_order_relaxed); return;
+      default: return;  // FREE_COMPLETED, SNAPSHOT: no change to allocated or reserved
+    }
+    publish(device, g, 0);
+  }
+
+  /// The OutOfMemoryObserver body (device, the allocation torch tried, the device's total and free bytes, as
+  /// torch passes them). Records the oom event if the trace did not (torch before 2.4 recorded it only with
+  /// memory history on), publishes the exact figures when given, and asks every rank for an oom dump; returns
+  /// once the dump is written. `reason` is the text for the archive; may be nullptr.
+  int on_out_of_memory(int device, std::uint64_t alloc_bytes, std::uint64_t device_total,
+                       std::uint64_t device_free, const ExactStats* exact, const char* reason) noexcept {
+    if (device >= 0 && device < abi::kMaxDevices) {
+      DeviceGauges& g = gauges_[device];
+      if (!g.oom_entry_seen.exchange(false, std::memory_order_relaxed)) {
+        api_.record(abi::kOom, device, device_free, alloc_bytes, 0, -1);
+      }
+      if (exact != nullptr) {
+        g.allocated.store(exact->allocated, std::memory_order_relaxed);
+        g.reserved.store(exact->reserved, std::memory_order_relaxed);
+        g.peak_allocated.store(exact->peak_allocated, std::memory_order_relaxed);
+        g.peak_reserved.store(exact->peak_reserved, std::memory_order_relaxed);
+      }
+      if (device_total != 0) g.capacity.store(device_total, std::memory_order_relaxed);
+      publish(device, g, device_free);
+    } else {
+      api_.record(abi::kOom, device, device_free, alloc_bytes, 0, -1);
+    }
+    abi::DumpRequest request;
+    request.kind = abi::kDumpOom;
+    request.reason = reason;
+    request.requested_bytes = alloc_bytes;
+    request.device_free_bytes = device_free;
+    request.device = (device >= 0 && device < abi::kMaxDevices) ? device : -1;
+    abi::DumpResult result;
+    const int code = api_.request_dump(&request, &result);
+    observer_dumps_.fetch_add(1, std::memory_order_release);
+    return code;
+  }
+
+  std::uint64_t forwarded() const noexcept { return forwarded_.load(std::memory_order_relaxed); }
+  std::uint64_t unmapped() const noexcept { return unmapped_.load(std::memory_order_relaxed); }
+  std::uint64_t not_recorded() const noexcept { return not_recorded_.load(std::memory_order_relaxed); }
+  std::uint64_t observer_dumps() const noexcept { return observer_dumps_.load(std::memory_order_acquire); }
+  const DeviceGauges& gauges(int device) const { return gauges_.at(static_cast<std::size_t>(device)); }
+
+ private:
+  static void raise(std::atomic<std::int64_t>& value, std::atomic<std::int64_t>& peak, std::int64_t by) noexcept {
+    const std::int64_t now = value.fetch_add(by, std::memory_order_relaxed) + by;
+    std::int64_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+
+  void publish(int device, const DeviceGauges& g, std::uint64_t device_free) noexcept {
+    const auto clamp = [](std::int64_t v) { return static_cast<std::uint64_t>(v < 0 ? 0 : v); };
+    abi::Memory m;
+    m.allocated_bytes = clamp(g.allocated.load(std::memory_order_relaxed));
+    m.reserved_bytes = clamp(g.reserved.load(std::memory_order_relaxed));
+    m.peak_allocated_bytes = clamp(g.peak_allocated.load(std::memory_order_relaxed));
+    m.peak_reserved_bytes = clamp(g.peak_reserved.load(std::memory_order_relaxed));
+    m.device_capacity_bytes = g.capacity.load(std::memory_order_relaxed);
+    m.device_free_bytes = device_free;
+    api_.set_memory(device, &m);
+  }
+
+  CApiTable api_;
+  std::array<DeviceGauges, abi::kMaxDevices> gauges_{};
+  std::atomic<std::uint64_t> forwarded_{0}, unmapped_{0}, not_recorded_{0}, observer_dumps_{0};
+};
+
+}  // namespace oomflight::torch_plugin

@@ -1,0 +1,185 @@
+"""oomflight for Python: a distributed GPU-memory flight recorder for mpirun jobs.
+
+A thin layer over liboomflight's C API (ctypes; see _capi.py). Settings are keyword arguments with the
+OOMFLIGHT_* variables' names in lower case (``max_entries=50000`` is OOMFLIGHT_MAX_ENTRIES=50000), parsed and
+checked by the library itself, so a keyword and a variable fail with the same message.
+
+    import oomflight
+    oomflight.init(run_name="llama-8b", dump_timeout="10s")
+    oomflight.mark_batch(0)
+    ...
+    with oomflight.capture_oom():      # an OOM that reaches here dumps every rank, then propagates unchanged
+        train()
+
+PyTorch: ``oomflight.torch.install()`` (or ``oomflight run -- python train.py``, which needs no change to the
+script) records every CUDA caching-allocator event; see docs/pytorch.md.
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import threading
+from typing import Iterable, Sequence
+
+from . import _capi
+from ._capi import ConfigError, DumpError, DumpResult, OomflightError, StateError
+from .oom import capture_oom, is_oom
+
+__all__ = [
+    "ConfigError", "DumpError", "DumpResult", "OomflightError", "StateError", "capture_oom", "init",
+    "initialized", "intern_stack", "is_oom", "library_path", "log", "mark_batch", "rank", "record",
+    "request_dump", "set_memory", "settings_to_variables", "shutdown", "trigger_oom", "version",
+]
+
+_state_lock = threading.Lock()
+_initialized = False
+
+
+def version() -> str:
+    """The loaded liboomflight's version, "MAJOR.MINOR.PATCH"."""
+    return _capi.library().oomflight_version().decode()
+
+
+def library_path() -> str:
+    """The path of the liboomflight this process loaded."""
+    return _capi.library()._oomflight_path  # type: ignore[attr-defined]
+
+
+def _setting_text(name: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, datetime.timedelta):
+        return f"{round(value.total_seconds() * 1000)}ms"
+    if isinstance(value, float) and name in ("OOMFLIGHT_DUMP_TIMEOUT", "OOMFLIGHT_POLL_INTERVAL"):
+        return f"{round(value * 1000)}ms"  # seconds, as Python's own timeouts are given
+    if isinstance(value, int) and name in ("OOMFLIGHT_DUMP_TIMEOUT", "OOMFLIGHT_POLL_INTERVAL"):
+        return f"{value}s"
+    return str(value)
+
+
+def settings_to_variables(**settings: object) -> dict[str, str]:
+    """Keyword settings as OOMFLIGHT_* (name, text) pairs: ``dump_timeout=3`` -> OOMFLIGHT_DUMP_TIMEOUT="3s".
+    Durations may be strings ("250ms"), seconds (int or float) or datetime.timedelta; booleans become 1/0. The
+    names and texts are checked by the library (init), not here."""
+    return {f"OOMFLIGHT_{key.upper()}": _setting_text(f"OOMFLIGHT_{key.upper()}", value)
+            for key, value in settings.items()}
+
+
+def init(**settings: object) -> None:
+    """Starts recording: reads the OOMFLIGHT_* environment, with `settings` (keyword names of those variables,
+    lower case) overriding it. Under mpirun this joins the job's control plane and is collective: every rank must
+    call it. Raises ConfigError (an unknown or malformed setting, named with its value), StateError (already
+    initialised), MemoryError (the history does not fit) or OomflightError (MPI could not start)."""
+    global _initialized
+    variables = settings_to_variables(**settings)
+    names = (ctypes.c_char_p * max(1, len(variables)))(*[k.encode() for k in variables])
+    values = (ctypes.c_char_p * max(1, len(variables)))(*[v.encode() for v in variables.values()])
+    with _state_lock:
+        _capi.check(_capi.library().oomflight_init_settings(names, values, len(variables)))
+        _initialized = True
+
+
+def initialized() -> bool:
+    """True between init() and shutdown()."""
+    return _initialized
+
+
+def rank() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) without MPI."""
+    r, size = ctypes.c_int(-1), ctypes.c_int(-1)
+    _capi.check(_capi.library().oomflight_rank(ctypes.byref(r), ctypes.byref(size)))
+    return r.value, size.value
+
+
+def record(action: str | int, device: int, addr: int, size: int, stream: int = 0, stack_id: int = -1) -> bool:
+    """Records one event now. `action` is a PyTorch trace action name ("alloc", "free_requested",
+    "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot") or
+    "step"; sizes and addresses in bytes. Returns False when the ring dropped the event (counted in the archive).
+    Raises ValueError for an unknown action or a device outside 0 .. 32767."""
+    code = _capi.ACTIONS.get(action) if isinstance(action, str) else action
+    if code is None:
+        raise ValueError(f"record: unknown action {action!r}; one of {', '.join(_capi.ACTIONS)}")
+    return _capi.check(_capi.library().oomflight_record(code, device, addr, size, stream, stack_id)) == 0
+
+
+_explicit_batches = False  # the job marks batches itself: oomflight.torch's optimizer hook stands down
+
+
+def mark_batch(batch: int) -> None:
+    """Starts batch `batch` (>= 0): later events carry it, and a step event marks the boundary. Once the job
+    calls this, oomflight.torch stops marking batches at optimizer steps."""
+    global _explicit_batches
+    _explicit_batches = True
+    _capi.check(_capi.library().oomflight_mark_batch(batch))
+
+
+def intern_stack(frames: Iterable[tuple[str, str, int]]) -> int:
+    """Interns a stack, innermost frame first, as (function, file, line) tuples; returns its id for record().
+    Takes a lock: intern each distinct stack once."""
+    frames = list(frames)
+    array = (_capi.Frame * max(1, len(frames)))(
+        *[_capi.Frame(f.encode(), file.encode(), int(line)) for f, file, line in frames])
+    stack_id = ctypes.c_int32(-1)
+    _capi.check(_capi.library().oomflight_intern_stack(array, len(frames), ctypes.byref(stack_id)))
+    return stack_id.value
+
+
+def set_memory(device: int, *, allocated: int = 0, reserved: int = 0, peak_allocated: int = 0,
+               peak_reserved: int = 0, capacity: int = 0, free: int = 0) -> None:
+    """Publishes one device's memory figures in bytes (torch.cuda.memory_allocated / memory_reserved meanings;
+    capacity and free as cudaMemGetInfo reports them); a dump reports the last figures of its device."""
+    m = _capi.Memory(ctypes.sizeof(_capi.Memory), 0, allocated, reserved, peak_allocated, peak_reserved, capacity,
+                     free)
+    _capi.check(_capi.library().oomflight_set_memory(device, ctypes.byref(m)))
+
+
+def _dump_result() -> _capi.DumpResultStruct:
+    return _capi.DumpResultStruct(ctypes.sizeof(_capi.DumpResultStruct), 2, 0, 0, -1, 0.0)
+
+
+def _finish_dump(code: int, raw: _capi.DumpResultStruct) -> DumpResult:
+    result = DumpResult(raw, _capi.library().oomflight_last_dump_path().decode())
+    if code in (0, _capi.EDISABLED):
+        return result
+    if code == -4:  # EDUMP: a rank-local file or nothing; the result says which, and that is not an exception
+        return result
+    _capi.check(code)
+    return result
+
+
+def request_dump(kind: str = "signal", *, reason: str = "", device: int = -1, batch: int = -1,
+                 requested_bytes: int = 0, device_free_bytes: int = 0) -> DumpResult:
+    """Asks every rank to dump now (kind "oom", "snapshot", "signal" or "exit") and blocks until the archive is
+    closed or the fallback written. Returns the DumpResult: status "archive", "rank_local", "failed" or
+    "disabled", and the path. Raises ValueError for a bad kind or device, StateError before init()."""
+    if kind not in _capi.DUMP_KINDS:
+        raise ValueError(f"request_dump: kind {kind!r} is not one of {', '.join(_capi.DUMP_KINDS)}")
+    req = _capi.DumpRequest(ctypes.sizeof(_capi.DumpRequest), _capi.DUMP_KINDS[kind], reason.encode(),
+                            requested_bytes, device_free_bytes, device, 0, batch)
+    raw = _dump_result()
+    code = _capi.library().oomflight_request_dump(ctypes.byref(req), ctypes.byref(raw))
+    return _finish_dump(code, raw)
+
+
+def trigger_oom(device: int, reason: str, requested_bytes: int = 0, device_free_bytes: int = 0) -> DumpResult:
+    """Records an oom event on `device` (size = requested bytes, addr = device free bytes) and asks for an oom
+    dump of every rank: what oomflight_trigger_oom does, with the DumpResult returned."""
+    record("oom", device, device_free_bytes, requested_bytes)
+    return request_dump("oom", reason=reason, device=device, requested_bytes=requested_bytes,
+                        device_free_bytes=device_free_bytes)
+
+
+def log(level: str, message: str) -> None:
+    """One line in oomflight's log format on stderr ("oomflight[rank N] level: message")."""
+    if level not in _capi.LOG_LEVELS:
+        raise ValueError(f"log: level {level!r} is not one of {', '.join(_capi.LOG_LEVELS)}")
+    _capi.check(_capi.library().oomflight_log(_capi.LOG_LEVELS[level], message.encode("utf-8", "replace")))
+
+
+def shutdown() -> None:
+    """Stops the watcher thread and finalises MPI if init() started it. Only on a normal exit that every rank
+    reaches (MPI_Finalize waits for the others)."""
+    global _initialized
+    with _state_lock:
+        _capi.check(_capi.library().oomflight_shutdown())
+        _initialized = False

@@ -1,0 +1,51 @@
+"""What the Python package's tests share: the built liboomflight and `oomflight` (passed by ctest as
+OOMFLIGHT_LIBRARY, a real setting, and TEST_CLI), a scratch folder, and archives read with h5py."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import h5py
+
+PYTHON_ROOT = Path(__file__).resolve().parent.parent  # python/, holding the package
+CLI = os.environ.get("TEST_CLI", "")
+MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+              "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def scratch() -> Path:
+    return Path(tempfile.mkdtemp(prefix="oomflight-py-"))
+
+
+def child_env(**extra: str) -> dict:
+    """The environment for a child Python: this package first on PYTHONPATH, no stray OOMFLIGHT_* but the
+    library's path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")}
+    env["OOMFLIGHT_LIBRARY"] = os.environ["OOMFLIGHT_LIBRARY"]
+    env["PYTHONPATH"] = str(PYTHON_ROOT) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(MPIRUN_ENV)
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], cwd: Path, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_archive(path: Path) -> dict:
+    """The archive's root attributes, /ranks rows and /events columns, with h5py alone."""
+    with h5py.File(path, "r") as f:
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        ranks = f["ranks"][()]
+        events = f["events"][()]
+    return {"attrs": attrs, "ranks": ranks, "events": events}
+
+
+def archives(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.h5"))
+
+
+PY = sys.executable

@@ -1,0 +1,158 @@
+"""The package in one process (no mpirun): settings as keywords checked by the library, the calls, the dump
+kinds, and the archives they write, read back with h5py. Each test runs in a child Python: oomflight_init is
+once per process."""
+import json
+import textwrap
+import unittest
+
+from support import PY, child_env, read_archive, run, scratch
+
+
+def python(code: str, cwd, **env):
+    return run([PY, "-c", textwrap.dedent(code)], cwd, child_env(**env))
+
+
+class Settings(unittest.TestCase):
+    def test_keywords_fail_exactly_as_the_variables_do(self):
+        cwd = scratch()
+        out = python("""
+            import oomflight
+            for kwargs in ({"max_entries": "lots"}, {"dump_timout": "3s"}, {"poll_interval": -1}):
+                try:
+                    oomflight.init(**kwargs)
+                except oomflight.ConfigError as e:
+                    print("ConfigError:", e)
+            """, cwd)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 3, out.stdout)
+        self.assertIn("OOMFLIGHT_MAX_ENTRIES='lots'", lines[0])
+        self.assertIn("OOMFLIGHT_DUMP_TIMOUT is not an oomflight setting", lines[1])
+        self.assertIn("OOMFLIGHT_POLL_INTERVAL='-1s'", lines[2])
+        # The same text as the variable gives to `oomflight init` from C.
+        env_out = python("""
+            import oomflight
+            try:
+                oomflight.init()
+            except oomflight.ConfigError as e:
+                print(e)
+            """, cwd, OOMFLIGHT_MAX_ENTRIES="lots")
+        self.assertEqual(env_out.stdout.strip(), lines[0].removeprefix("ConfigError: "))
+
+    def test_durations_and_booleans_become_the_variables_texts(self):
+        import datetime
+
+        import oomflight
+        self.assertEqual(oomflight.settings_to_variables(dump_timeout=3, poll_interval=0.25, overwrite=True,
+                                                         max_entries=5),
+                         {"OOMFLIGHT_DUMP_TIMEOUT": "3s", "OOMFLIGHT_POLL_INTERVAL": "250ms",
+                          "OOMFLIGHT_OVERWRITE": "1", "OOMFLIGHT_MAX_ENTRIES": "5"})
+        self.assertEqual(oomflight.settings_to_variables(dump_timeout=datetime.timedelta(minutes=1)),
+                         {"OOMFLIGHT_DUMP_TIMEOUT": "60000ms"})
+
+
+class Calls(unittest.TestCase):
+    def test_record_mark_stacks_gauges_and_a_signal_dump(self):
+        cwd = scratch()
+        out = python("""
+            import json, oomflight
+            oomflight.init(run_name="api", max_entries=1000, folder="out")
+            assert oomflight.rank() == (0, 1)
+            stack = oomflight.intern_stack([("forward", "model.py", 42), ("main", "train.py", 7)])
+            assert oomflight.intern_stack([("forward", "model.py", 42), ("main", "train.py", 7)]) == stack
+            oomflight.mark_batch(4)
+            for i in range(6):
+                assert oomflight.record("alloc", 2, 0x1000 * i, 512 * (i + 1), stream=7, stack_id=stack)
+            oomflight.record("free_requested", 2, 0, 512)
+            oomflight.set_memory(2, allocated=10 << 20, reserved=30 << 20, capacity=80 << 30, free=1 << 30)
+            for bad in (lambda: oomflight.record("allocate", 0, 0, 0), lambda: oomflight.mark_batch(-1),
+                        lambda: oomflight.request_dump("nap"), lambda: oomflight.set_memory(64)):
+                try:
+                    bad()
+                except ValueError as e:
+                    print("ValueError:", e)
+            r = oomflight.request_dump("signal", reason="on demand")
+            print(json.dumps({"status": r.status, "path": r.path, "ranks": r.ranks_written, "batch": r.batch}))
+            oomflight.shutdown()
+            try:
+                oomflight.record("alloc", 0, 0, 0)
+            except oomflight.StateError as e:
+                print("StateError:", e)
+            """, cwd)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertIn("unknown action 'allocate'", lines[0])
+        self.assertIn("batch -1 is negative", lines[1])
+        self.assertIn("kind 'nap'", lines[2])
+        self.assertIn("device 64 is outside 0 .. 63", lines[3])
+        result = json.loads(lines[4])
+        self.assertIn("oomflight_record: oomflight_init was not called", lines[5])
+        self.assertEqual(result["status"], "archive")
+        self.assertEqual(result["ranks"], 1)
+        self.assertEqual(result["batch"], 4)
+        self.assertTrue(result["path"].endswith("out/signal.4.h5"), result["path"])
+        a = read_archive(result["path"])
+        self.assertEqual(a["attrs"]["kind"], "signal")
+        self.assertEqual(a["attrs"]["run_name"], "api")
+        events = a["events"]
+        self.assertEqual(len(events), 8)  # the step event, 6 allocs, 1 free
+        self.assertEqual(list(events["action"]), [9, 0, 0, 0, 0, 0, 0, 1])
+        self.assertEqual(list(events["size"][1:7]), [512 * (i + 1) for i in range(6)])
+        self.assertTrue(all(events["device"][1:] == 2))
+        self.assertTrue(all(events["batch"] == 4))
+        self.assertTrue(all(events["stream"][1:7] == 7))
+        row = a["ranks"][0]
+        self.assertEqual(row["device"], 2)
+        self.assertEqual(row["reserved_bytes"], 30 << 20)
+        self.assertEqual(row["device_capacity_bytes"], 80 << 30)
+
+    def test_an_oom_reaching_capture_oom_dumps_once_and_propagates_unchanged(self):
+        cwd = scratch()
+        out = python("""
+            import oomflight
+            oomflight.init(run_name="cap", folder="out")
+            oomflight.mark_batch(2)
+            class OutOfMemoryError(RuntimeError):
+                pass
+            OutOfMemoryError.__module__ = "torch"
+            error = OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            try:
+                with oomflight.capture_oom():
+                    with oomflight.capture_oom():  # nested: still one dump
+                        raise error
+            except OutOfMemoryError as e:
+                assert e is error
+                print("propagated:", e)
+            try:
+                with oomflight.capture_oom():
+                    raise KeyError("not memory")
+            except KeyError:
+                print("other errors pass")
+            print(oomflight.is_oom(error), oomflight.is_oom(KeyError("x")), oomflight.is_oom("MemoryError", ""))
+            """, cwd)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.splitlines(), [
+            "propagated: CUDA out of memory. Tried to allocate 2.00 GiB", "other errors pass", "True False True"])
+        files = sorted((cwd / "out").glob("*.h5"))
+        self.assertEqual([p.name for p in files], ["oom.2.h5"])
+        a = read_archive(files[0])
+        self.assertIn("torch.OutOfMemoryError: CUDA out of memory", a["attrs"]["reason"])
+        self.assertEqual(a["ranks"][0]["is_origin"], 1)
+
+    def test_an_oom_reaching_the_top_dumps_and_the_jobs_traceback_is_printed(self):
+        cwd = scratch()
+        out = python("""
+            import oomflight, oomflight.oom
+            oomflight.oom.install_excepthook()
+            oomflight.init(run_name="top", folder="out")
+            oomflight.mark_batch(9)
+            raise MemoryError("cannot allocate 8 GiB of pinned host memory")
+            """, cwd)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("MemoryError: cannot allocate 8 GiB of pinned host memory", out.stderr)
+        self.assertIn("archive", out.stderr)
+        self.assertEqual([p.name for p in (cwd / "out").glob("*.h5")], ["oom.9.h5"])
+
+
+if __name__ == "__main__":
+    unittest.main()

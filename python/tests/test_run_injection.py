@@ -1,0 +1,71 @@
+"""`oomflight run` makes a plain python3 load the package with no change to the script: the start-up hook runs
+(and so does the sitecustomize it shadows), an OOM reaching the top dumps, and a stand-in torch import triggers
+oomflight.torch.install(), whose guard reports why it cannot record here and leaves the job untouched."""
+import textwrap
+import unittest
+
+from support import CLI, PY, child_env, run, scratch
+
+PROBE = textwrap.dedent("""
+    import sys
+    import oomflight._autostart as a
+    print("started", a.STATE["started"], "shadowed", getattr(sys, "shadowed_sitecustomize_ran", False))
+""")
+
+
+@unittest.skipUnless(CLI, "TEST_CLI names the built oomflight")
+class RunInjectsThePackage(unittest.TestCase):
+    def env(self, **extra):
+        env = child_env(**extra)
+        env.pop("OOMFLIGHT_LIBRARY")  # `oomflight run` sets it to its own library
+        env["PYTHONPATH"] = extra.get("PYTHONPATH", "")  # nothing of ours: the launcher must add it
+        return env
+
+    def test_a_plain_python_loads_the_package_and_the_shadowed_sitecustomize_still_runs(self):
+        cwd = scratch()
+        (cwd / "job.py").write_text(PROBE)
+        site = cwd / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text("import sys\nsys.shadowed_sitecustomize_ran = True\n")
+        out = run([CLI, "run", "--", PY, "job.py"], cwd, self.env(PYTHONPATH=str(site)))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "started True shadowed True")
+        # --no-python leaves the interpreter alone.
+        out = run([CLI, "run", "--no-python", "--", PY, "-c", "import sys; print('oomflight' in sys.modules)"],
+                  cwd, self.env())
+        self.assertEqual(out.stdout.strip(), "False", out.stderr)
+
+    def test_an_oom_reaching_the_top_of_an_unchanged_script_dumps_and_its_traceback_is_printed(self):
+        cwd = scratch()
+        (cwd / "train.py").write_text(textwrap.dedent("""
+            import oomflight  # the script only initialises (a torch job needs not even that: install() does it)
+            oomflight.init(folder="out")
+            oomflight.mark_batch(7)
+            raise MemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        """))
+        out = run([CLI, "run", "--run-name", "inj", "--", PY, "train.py"], cwd, self.env())
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("MemoryError: CUDA out of memory. Tried to allocate 20.00 GiB", out.stderr)
+        self.assertEqual([p.name for p in (cwd / "out").glob("*.h5")], ["oom.7.h5"])
+
+    def test_importing_torch_installs_the_hooks_whose_guard_keeps_the_job_running(self):
+        cwd = scratch()
+        fake = cwd / "fake" / "torch"
+        fake.mkdir(parents=True)
+        # A stand-in torch without CUDA: install() must say why it records nothing and change nothing.
+        (fake / "__init__.py").write_text(textwrap.dedent("""
+            __version__ = "2.11.0"
+            import types
+            cuda = types.SimpleNamespace(is_available=lambda: False, is_initialized=lambda: False)
+            version = types.SimpleNamespace(cuda=None)
+        """))
+        (cwd / "job.py").write_text("import torch\nimport oomflight.torch as t\nprint(t.status())\n")
+        out = run([CLI, "run", "--", PY, "job.py"], cwd, self.env(PYTHONPATH=str(fake.parent)))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("not recording CUDA allocator events: torch 2.11.0 has no CUDA here", out.stderr)
+        self.assertIn("'installed': True", out.stdout)
+        self.assertIn("'attached': False", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
