@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "oomflight/format/archive_reader.hpp"
+#include "oomflight/oomflight.h"
 #include "oomflight/analysis/post_mortem.hpp"
 #include "oomflight/export/text_report.hpp"
 #include "oomflight/base/units.hpp"
@@ -256,6 +257,17 @@ TEST(MpiDriver, ASignalDumpIsOneArchiveAndTheJobGoesOn) {
     EXPECT_EQ(row->reserved_bytes, 2'000'000u);
     for (const Event& e : a.events_of(*row)) ASSERT_NE(e.action, Action::oom);
   }
+}
+
+TEST(MpiDriver, AJobsMpiBelowThreadMultipleIsRefusedNotRacedOn) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} {} 5 0 -1 signal single", test::mpirun(2), OOMFLIGHT_DRIVER), dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("oomflight_init: {} oomflight_init: the job initialised MPI with thread level", OOMFLIGHT_EMPI)),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("but oomflight's watcher thread needs MPI_THREAD_MULTIPLE"), std::string::npos) << r.output;
+  EXPECT_TRUE(files_with_suffix(dir.path(), ".h5").empty());
 }
 
 TEST(MpiExample, CApiOnTwoRanks) {

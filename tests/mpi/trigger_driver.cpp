@@ -1,6 +1,6 @@
 // Test driver: an MPI program with known per-rank event counts that asks for dumps on chosen ranks, through the C
 // API only (as a plugin would).
-//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND]]
+//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND [THREAD_LEVEL]]]
 // Rank r interns one stack (train_step, driver.py, line r + 1), records EVENTS + 10 r alloc events of 1000 + r
 // bytes with it in batch 0 and publishes device 0's gauges (1.0 MB allocated, 2.0 MB reserved, peaks 1.5 and
 // 2.5 MB, 4.0 MB capacity). STALL_RANK (-1: none) stops itself with SIGSTOP after the barrier: a wedged rank.
@@ -8,7 +8,9 @@
 // before a barrier and ask for the dump after it, so that their failures are simultaneous; non-origins then
 // block in a barrier, as training ranks block in a collective, and origins exit 1 after the dump, like a
 // failed training script. KIND signal, snapshot or exit: origins ask for a dump of that kind and every rank
-// goes on to a final barrier and exits 0: the job survives the dump.
+// goes on to a final barrier and exits 0: the job survives the dump. THREAD_LEVEL (multiple, the default, or
+// single) is the level the driver initialises MPI with before oomflight_init; oomflight_init fails with the
+// message on stderr and the driver exits 2 when it is too low.
 #include <mpi.h>
 #include <oomflight/oomflight.h>
 
@@ -41,11 +43,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  const bool single = argc > 5 && std::strcmp(argv[5], "single") == 0;
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // the application owns MPI
-  if (oomflight_init() != OOMFLIGHT_OK) {
-    std::fprintf(stderr, "oomflight_init: %s\n", oomflight_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 2);
+  // the application owns MPI
+  MPI_Init_thread(&argc, &argv, single ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE, &provided);
+  if (const int rc = oomflight_init(); rc != OOMFLIGHT_OK) {
+    std::fprintf(stderr, "oomflight_init: %d %s\n", rc, oomflight_last_error());
+    MPI_Finalize();
+    return 2;
   }
   int rank = 0;
   oomflight_rank(&rank, nullptr);

@@ -18,7 +18,8 @@ bool launched_by_mpi();
 
 /// Initialises MPI with MPI_THREAD_MULTIPLE unless the process already did (the application owns MPI when it
 /// initialised it). Returns true when this call initialised it. Throws std::runtime_error when MPI_Init_thread
-/// fails. Call from the main thread, before any other MPI use of oomflight.
+/// fails, or when MPI (the job's, or this call's) runs below MPI_THREAD_MULTIPLE: the watcher thread calls MPI
+/// while the job's threads do. Call from the main thread, before any other MPI use of oomflight.
 bool initialise_mpi_if_needed();
 
 /// Finalises MPI unless it is already finalised. Only for a process whose MPI oomflight initialised, on a normal
