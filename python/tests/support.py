@@ -2,7 +2,9 @@
 OOMFLIGHT_LIBRARY, a real setting, and TEST_CLI), a scratch folder, and archives read with h5py."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,8 +18,20 @@ MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "
               "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
+_scratch_dirs: list[Path] = []
+
+
 def scratch() -> Path:
-    return Path(tempfile.mkdtemp(prefix="oomflight-py-"))
+    """A fresh folder, removed when the test process exits."""
+    path = Path(tempfile.mkdtemp(prefix="oomflight-py-"))
+    _scratch_dirs.append(path)
+    return path
+
+
+@atexit.register
+def _remove_scratch() -> None:
+    for path in _scratch_dirs:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def child_env(**extra: str) -> dict:
