@@ -7,6 +7,7 @@
 
 #include "oomflight/oomflight.h"
 #include "oomflight/record/recorder.hpp"
+#include "trace_tracker.hpp"
 
 namespace {
 
@@ -52,6 +53,25 @@ void BM_ClockGettime(benchmark::State& state) {
 }
 BENCHMARK(BM_ClockGettime)->Threads(1)->UseRealTime();
 
+void BM_Rdtsc(benchmark::State& state) {
+  const oomflight::EventClock clock(true);  // the TSC where it is invariant, else CLOCK_MONOTONIC
+  state.SetLabel(clock.source() == oomflight::EventClock::Source::tsc ? "tsc" : "monotonic (no invariant TSC)");
+  for (auto _ : state) benchmark::DoNotOptimize(clock.now());
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Rdtsc)->Threads(1)->UseRealTime();
+
+void BM_RecorderRecordMonotonic(benchmark::State& state) {
+  static oomflight::Recorder recorder(100000, /*allow_tsc=*/false);  // the fallback's cost, side by side
+  std::uint64_t addr = 0;
+  for (auto _ : state) {
+    addr += 512;
+    benchmark::DoNotOptimize(recorder.record(oomflight::Action::alloc, 0, addr, 512, 7));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RecorderRecordMonotonic)->Threads(1)->UseRealTime();
+
 void BM_CApiRecord(benchmark::State& state) {
   // A single process (no mpirun): oomflight_init makes no MPI call. Only the first thread initialises.
   static const int init = oomflight_init();
@@ -67,6 +87,43 @@ void BM_CApiRecord(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_CApiRecord)->Threads(1)->Threads(2)->UseRealTime();
+
+// What the PyTorch plugin does per TraceEntry: map the action by name, oomflight_record, update and publish the
+// device's gauges (oomflight_set_memory), all through the C API's function pointers.
+struct StandInEntry {
+  enum Action { ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP,
+                SNAPSHOT, OOM };
+  Action action_ = ALLOC;
+  std::int8_t device_ = 0;
+  std::size_t addr_ = 0;
+  void* stream_ = nullptr;
+  std::size_t size_ = 512;
+};
+
+void BM_TrackerToRing(benchmark::State& state) {
+  static const int init = oomflight_init();
+  if (init != OOMFLIGHT_OK && init != OOMFLIGHT_ESTATE) {
+    state.SkipWithError(oomflight_last_error());
+    return;
+  }
+  namespace tp = oomflight::torch_plugin;
+  tp::CApiTable api;
+  api.abi_version = &oomflight_abi_version;
+  api.record = &oomflight_record;
+  api.set_memory = reinterpret_cast<int (*)(int, const tp::abi::Memory*)>(&oomflight_set_memory);
+  api.request_dump = reinterpret_cast<int (*)(const tp::abi::DumpRequest*, tp::abi::DumpResult*)>(
+      &oomflight_request_dump);
+  api.log = &oomflight_log;
+  static tp::TraceTracker tracker(api);
+  StandInEntry e;
+  for (auto _ : state) {
+    e.addr_ += 512;
+    e.action_ = e.action_ == StandInEntry::ALLOC ? StandInEntry::FREE_REQUESTED : StandInEntry::ALLOC;
+    tracker.on_entry(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_TrackerToRing)->Threads(1)->UseRealTime();
 
 void BM_Freeze100k(benchmark::State& state) {
   oomflight::Recorder recorder(100000);

@@ -6,7 +6,7 @@ namespace {
 bool valid_device(int device) { return device >= 0 && device < kMaxDevices; }
 }  // namespace
 
-Recorder::Recorder(std::size_t max_entries) : ring_(max_entries) {}
+Recorder::Recorder(std::size_t max_entries, bool allow_tsc) : clock_(allow_tsc), ring_(max_entries) {}
 
 void Recorder::mark_batch(std::int64_t batch) noexcept {
   batch_.store(batch, std::memory_order_relaxed);
@@ -43,6 +43,9 @@ FrozenHistory Recorder::freeze(int device) const {
   h.batch = batch();
   h.oom_events = oom_events();
   h.ring = ring_.copy();
+  // The second anchor after the copy: every copied stamp lies between the two anchors, where the line is exact.
+  const ClockAnchor anchor = clock_.anchor();
+  for (Event& e : h.ring.events) e.t_ns = clock_.to_monotonic_ns(e.t_ns, anchor);
   h.stacks = stacks_.copy();
   h.anchor_monotonic_ns = monotonic_ns();
   h.anchor_realtime_ns = realtime_ns();

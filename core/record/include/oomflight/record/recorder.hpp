@@ -9,6 +9,7 @@
 #include "oomflight/api.h"
 #include "oomflight/record/clock.hpp"
 #include "oomflight/record/event.hpp"
+#include "oomflight/record/event_clock.hpp"
 #include "oomflight/record/ring.hpp"
 #include "oomflight/record/stack_table.hpp"
 
@@ -44,13 +45,15 @@ struct FrozenHistory {
 /// Records events into the ring. One per process.
 ///
 /// Thread-safety: record(), mark_batch() and set_memory() are safe from any thread and lock-free (record() is
-/// the ring's push plus a clock read); intern_stack() takes the stack table's mutex; freeze() may run
+/// the ring's push plus an rdtsc or a CLOCK_MONOTONIC read); intern_stack() takes the stack table's mutex; freeze() may run
 /// concurrently with all of them.
 class OOMFLIGHT_API Recorder {
  public:
-  /// Keeps the newest `max_entries` events. Throws std::invalid_argument when max_entries is outside
-  /// 1 .. 2^30, std::bad_alloc when the ring (64 bytes per slot) cannot be allocated.
-  explicit Recorder(std::size_t max_entries);
+  /// Keeps the newest `max_entries` events. Stamps them with the invariant TSC where there is one and
+  /// `allow_tsc` is true (converted to CLOCK_MONOTONIC at freeze), else with CLOCK_MONOTONIC (see EventClock).
+  /// Throws std::invalid_argument when max_entries is outside 1 .. 2^30, std::bad_alloc when the ring (64 bytes
+  /// per slot) cannot be allocated.
+  explicit Recorder(std::size_t max_entries, bool allow_tsc = true);
 
   /// Records an event stamped now with the current batch. Returns false if the ring dropped it (see Ring::push).
   /// Units as in Event. Wait-free: no allocation, lock or system call.
@@ -58,7 +61,7 @@ class OOMFLIGHT_API Recorder {
               std::int32_t stack_id = kNoStack) noexcept {
     if (action == Action::oom) oom_events_.fetch_add(1, std::memory_order_relaxed);
     Event e;
-    e.t_ns = monotonic_ns();
+    e.t_ns = clock_.now();  // raw ticks until freeze() converts them
     e.addr = addr;
     e.size = size;
     e.stream = stream;
@@ -93,16 +96,20 @@ class OOMFLIGHT_API Recorder {
   /// 0 .. kMaxDevices - 1) without stopping writers. Allocates (~1 ms per 100k events); throws std::bad_alloc.
   FrozenHistory freeze(int device = -1) const;
 
-  /// The ring, for readers that copy it themselves (freeze() is the usual way). Thread-safe to read.
+  /// The ring, for readers that copy it themselves (freeze() is the usual way): its events carry raw stamps of
+  /// clock(), not ns. Thread-safe to read.
   const Ring& ring() const noexcept { return ring_; }
   /// The stack table, for sources that intern whole batches of stacks (the snapshot decoder).
   StackTable& stacks() noexcept { return stacks_; }
+  /// The clock that stamps events.
+  const EventClock& clock() const noexcept { return clock_; }
 
  private:
   struct Gauges {
     std::atomic<std::uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0}, capacity{0}, free{0};
   };
 
+  EventClock clock_;
   Ring ring_;
   StackTable stacks_;
   std::atomic<std::int64_t> batch_{-1};
