@@ -7,7 +7,7 @@
 
 #include "oomflight/oomflight.h"
 #include "oomflight/record/recorder.hpp"
-#include "trace_tracker.hpp"
+#include "linked_c_api.hpp"
 
 namespace {
 
@@ -107,14 +107,7 @@ void BM_TrackerToRing(benchmark::State& state) {
     return;
   }
   namespace tp = oomflight::torch_plugin;
-  tp::CApiTable api;
-  api.abi_version = &oomflight_abi_version;
-  api.record = &oomflight_record;
-  api.set_memory = reinterpret_cast<int (*)(int, const tp::abi::Memory*)>(&oomflight_set_memory);
-  api.request_dump = reinterpret_cast<int (*)(const tp::abi::DumpRequest*, tp::abi::DumpResult*)>(
-      &oomflight_request_dump);
-  api.log = &oomflight_log;
-  static tp::TraceTracker tracker(api);
+  static tp::TraceTracker tracker(tp::linked_c_api());
   StandInEntry e;
   for (auto _ : state) {
     e.addr_ += 512;

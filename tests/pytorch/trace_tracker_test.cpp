@@ -13,6 +13,7 @@
 #include "oomflight/format/archive_reader.hpp"
 #include "oomflight/oomflight.h"
 #include "test_support.hpp"
+#include "linked_c_api.hpp"
 #include "trace_tracker.hpp"
 
 namespace tp = oomflight::torch_plugin;
@@ -63,16 +64,7 @@ struct TraceEntry {
 
 namespace {
 
-tp::CApiTable real_c_api() {
-  tp::CApiTable api;
-  api.abi_version = &oomflight_abi_version;
-  api.record = &oomflight_record;
-  api.set_memory = reinterpret_cast<int (*)(int, const tp::abi::Memory*)>(&oomflight_set_memory);
-  api.request_dump = reinterpret_cast<int (*)(const tp::abi::DumpRequest*, tp::abi::DumpResult*)>(
-      &oomflight_request_dump);
-  api.log = &oomflight_log;
-  return api;
-}
+tp::CApiTable real_c_api() { return tp::linked_c_api(); }
 
 class TraceTrackerTest : public ::testing::Test {
  protected:
