@@ -89,8 +89,12 @@ Command add_run(CLI::App& app) {
     if (!run_name->empty()) setenv("OOMFLIGHT_RUN_NAME", run_name->c_str(), 1);
     if (*python || (!*no_python && is_python((*command)[0]))) {
       if (const std::string error = inject_python_package(); !error.empty()) {
-        print_error(error);
-        return kExitUsage;
+        if (*python) {  // asked for by name: a usage error before the job starts
+          print_error(error);
+          return kExitUsage;
+        }
+        // Guessed from the command's name: the job must run anyway, unwatched, and say so.
+        oomflight_log(OOMFLIGHT_LOG_WARN, (error + "; running the job without it").c_str());
       }
     }
     try {
