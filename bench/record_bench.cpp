@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <ctime>
+#include <vector>
 
 #include "oomflight/oomflight.h"
 #include "oomflight/record/recorder.hpp"
@@ -11,37 +12,67 @@
 
 namespace {
 
-oomflight::Recorder& shared_recorder() {
-  static oomflight::Recorder recorder(100000);
-  return recorder;
+// The default bound (100,000 events: an 8 MiB slot array, beyond L2, so every event's slot is a cache miss)
+// and a small one (2,048 events: 384 KiB, within L2). Side by side they separate what two threads cost each
+// other (shared lines) from what they cost the memory system (stores to lines not in cache).
+constexpr std::int64_t kDefaultEntries = 100000, kSmallEntries = 2048;
+
+oomflight::Recorder& shared_recorder(std::int64_t entries = kDefaultEntries) {
+  static oomflight::Recorder big(kDefaultEntries), small(kSmallEntries);
+  return entries == kSmallEntries ? small : big;
 }
 
-oomflight::Ring& shared_ring() {
-  static oomflight::Ring ring(100000);
-  return ring;
+oomflight::Ring& shared_ring(std::int64_t entries) {
+  static oomflight::Ring big(kDefaultEntries), small(kSmallEntries);
+  return entries == kSmallEntries ? small : big;
 }
 
 void BM_RingPush(benchmark::State& state) {
   oomflight::Event e;
   e.action = oomflight::Action::alloc;
   e.size = 512;
+  oomflight::Ring& ring = shared_ring(state.range(0));
   for (auto _ : state) {
     e.addr += 512;
-    benchmark::DoNotOptimize(shared_ring().push(e));
+    e.t_ns += 1;
+    benchmark::DoNotOptimize(ring.push(e));
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_RingPush)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_RingPush)->Arg(kDefaultEntries)->Arg(kSmallEntries)->Threads(1)->Threads(2)->UseRealTime();
+
+// The floor for two writers: each thread stores 64-byte records round-robin into its own private array of the
+// ring's slot-array size. No line is shared, so whatever two threads lose here against one is the machine's
+// (store bandwidth to lines not in cache, a shared L3, the hypervisor), not the ring's.
+void BM_PrivateLineStores(benchmark::State& state) {
+  struct alignas(64) Line {
+    std::uint64_t words[8];
+  };
+  const std::size_t lines = oomflight::Ring(static_cast<std::size_t>(state.range(0))).slot_count();
+  std::vector<Line> mine(lines);
+  std::size_t i = 0;
+  std::uint64_t n = 0;
+  for (auto _ : state) {
+    Line& l = mine[i];
+    for (int w = 0; w < 8; ++w) l.words[w] = n + static_cast<std::uint64_t>(w);
+    benchmark::ClobberMemory();
+    i = (i + 1) & (lines - 1);
+    ++n;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PrivateLineStores)->Arg(kDefaultEntries)->Arg(kSmallEntries)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_RecorderRecord(benchmark::State& state) {
   std::uint64_t addr = 0;
+  oomflight::Recorder& recorder = shared_recorder(state.range(0));
   for (auto _ : state) {
     addr += 512;
-    benchmark::DoNotOptimize(shared_recorder().record(oomflight::Action::alloc, 0, addr, 512, 7));
+    benchmark::DoNotOptimize(recorder.record(oomflight::Action::alloc, 0, addr, 512, 7));
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_RecorderRecord)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_RecorderRecord)->Arg(kDefaultEntries)->Arg(kSmallEntries)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_ClockGettime(benchmark::State& state) {
   timespec ts{};

@@ -3,6 +3,9 @@
 set -euo pipefail
 build=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-"$build/bench/oomflight_record_bench" --benchmark_min_time=0.5
+# 1- and 2-thread runs interleaved at random, 12 repetitions each: this shared VM drifts by 30% within a minute,
+# so a ratio is only meaningful between runs taken in the same minutes.
+"$build/bench/oomflight_record_bench" --benchmark_min_time=0.2 --benchmark_repetitions=12 \
+  --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 10 sleep
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin

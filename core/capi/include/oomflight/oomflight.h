@@ -99,7 +99,7 @@ enum oomflight_status {
   OOMFLIGHT_ESTATE = -2,     /**< not initialised, initialised twice, or already shut down */
   OOMFLIGHT_EINVAL = -3,     /**< an argument is out of range or NULL (the message names it) */
   OOMFLIGHT_EDUMP = -4,      /**< the dump wrote no archive: a rank-local file, or nothing (see the result) */
-  OOMFLIGHT_EDROPPED = -5,   /**< the event was dropped by the ring (counted in the archive) */
+  OOMFLIGHT_EDROPPED = -5,   /**< the ring refused the event: more than 64 threads record at once (counted in the archive) */
   OOMFLIGHT_EMPI = -6,       /**< MPI could not be initialised or set up */
   OOMFLIGHT_ENOMEM = -7,     /**< memory for the history could not be allocated (OOMFLIGHT_MAX_ENTRIES too big?) */
   OOMFLIGHT_EDISABLED = -8,  /**< OOMFLIGHT_ENABLED=0: nothing is dumped */

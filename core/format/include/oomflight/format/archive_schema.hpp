@@ -93,8 +93,8 @@ struct RankRow {
   std::uint64_t event_count = 0;
   std::uint64_t events_recorded = 0;        ///< events ever offered to the ring
   std::uint64_t overwritten = 0;            ///< pushed out of the ring by newer events
-  std::uint64_t dropped = 0;                ///< given up by a writer (slot busy a whole lap)
-  std::uint64_t unreadable = 0;             ///< in the window but being written during the freeze
+  std::uint64_t dropped = 0;                ///< refused: more live recording threads than the ring's writers
+  std::uint64_t unreadable = 0;             ///< 0 since the chunked ring; older archives: being written during the freeze
   std::uint64_t stack_offset = 0;
   std::uint64_t stack_count = 0;
   std::uint64_t frame_offset = 0;
