@@ -61,7 +61,14 @@ static_assert(sizeof(oomflight_dump_request) == 48 && offsetof(oomflight_dump_re
 static_assert(sizeof(oomflight_dump_result) == 32 && offsetof(oomflight_dump_result, seconds) == 24);
 static_assert(sizeof(oomflight_frame) == 24);
 
-std::unique_ptr<oomflight::Session> g_session;
+// A session whose watcher shutdown() had to leave behind (stuck in a dump's MPI call) is never deleted: the
+// detached thread still reads it, and the process is about to exit anyway.
+struct SessionDeleter {
+  void operator()(oomflight::Session* s) const {
+    if (s->shutdown()) delete s;
+  }
+};
+std::unique_ptr<oomflight::Session, SessionDeleter> g_session;
 bool g_we_initialised_mpi = false;
 std::mutex g_dump_mutex;
 std::string g_last_dump_path;  // guarded by g_dump_mutex
@@ -169,7 +176,7 @@ int init_session(const char* const* names, const char* const* values, size_t cou
       world = MPI_COMM_WORLD;
     }
     entries = config.max_entries;
-    g_session = std::make_unique<oomflight::Session>(std::move(config), world);
+    g_session.reset(new oomflight::Session(std::move(config), world));
   } catch (const oomflight::ConfigError& e) {
     return fail(OOMFLIGHT_ECONFIG, e.what());
   } catch (const std::bad_alloc&) {
@@ -331,7 +338,14 @@ int oomflight_log(int level, const char* message) {
 int oomflight_shutdown(void) {
   if (!g_session) return not_initialised("oomflight_shutdown");
   return guarded("oomflight_shutdown", []() -> int {
+    const bool clean = g_session->shutdown();
     g_session.reset();
+    if (!clean) {
+      // MPI_Finalize would wait for the stuck call: leave MPI as it is and let the process exit.
+      g_we_initialised_mpi = false;
+      return fail(OOMFLIGHT_EDUMP, "oomflight_shutdown: a dump was stuck in an MPI call and was left behind; "
+                                   "MPI was not finalised (the rank-local files hold the histories)");
+    }
     if (g_we_initialised_mpi) {
       g_we_initialised_mpi = false;
       oomflight::finalise_mpi();

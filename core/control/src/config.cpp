@@ -74,7 +74,8 @@ std::vector<OptionSpec> make_table() {
        "Name of the archive all ranks write together. No per-rank placeholders.",
        [](Config& c, std::string_view v) { c.filename = parse_file_template(v, false); }},
       {"OOMFLIGHT_RANK_FILENAME", "template", "{kind}.{batch}.rank{rank}.h5",
-       "Name of a rank-local file, written when the ranks cannot agree in time.",
+       "Name of a rank-local file: every rank writes its history there first, before any step another rank can "
+       "block, and removes it once the archive is verified (see OOMFLIGHT_KEEP_RANK_FILES).",
        [](Config& c, std::string_view v) {
          c.rank_filename = parse_file_template(v, true);
          if (!c.rank_filename.uses(FilenameTemplate::Field::rank)) {
@@ -82,7 +83,8 @@ std::vector<OptionSpec> make_table() {
          }
        }},
       {"OOMFLIGHT_DUMP_TIMEOUT", "duration", "30s",
-       "Deadline for all ranks to agree on a dump; after it every live rank writes a rank-local file.",
+       "Deadline for all ranks to agree on a dump; after it each rank's rank-local file is the result. No process "
+       "waits more than 3 x this for a dump, even when a rank stalls inside the collective write.",
        [](Config& c, std::string_view v) { c.dump_timeout = parse_positive_duration(v); }},
       {"OOMFLIGHT_POLL_INTERVAL", "duration", "10ms",
        "How long the watcher thread sleeps between polls for a trigger (MPI_Test).",
@@ -90,6 +92,10 @@ std::vector<OptionSpec> make_table() {
       {"OOMFLIGHT_OVERWRITE", "bool", "0",
        "Replace an existing file. 0: keep it and write the new one as NAME-1.h5, NAME-2.h5, ...",
        [](Config& c, std::string_view v) { c.overwrite = parse_bool(v); }},
+      {"OOMFLIGHT_KEEP_RANK_FILES", "bool", "0",
+       "Keep every rank's rank-local file after the archive is written and verified. 0: remove them then (they "
+       "stay whenever the archive fails; `oomflight merge` joins them).",
+       [](Config& c, std::string_view v) { c.keep_rank_files = parse_bool(v); }},
       {"OOMFLIGHT_LIBRARY", "path", "",
        "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: beside the "
        "`oomflight` on PATH, then the loader's search path.",

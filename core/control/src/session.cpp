@@ -7,14 +7,21 @@
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/control/mpi_job.hpp"
+#include "oomflight/format/collective_writer.hpp"
 #include "trigger_protocol.hpp"
 
 namespace oomflight {
 
 Session::Session(Config config, MPI_Comm world) : config_(std::move(config)), recorder_(config_.max_entries) {
   set_log_level(config_.log_level);
+  keep_hdf5_out_of_process_exit();
   MPI_Comm comm = MPI_COMM_NULL;
-  if (world != MPI_COMM_NULL) MPI_Comm_dup(world, &comm);
+  if (world != MPI_COMM_NULL) {
+    MPI_Comm_dup(world, &comm);
+    // A failed MPI call of the recorder (a peer that died, a transport error) must come back to us as an error
+    // code, never abort the job it watches. MPI-IO files default to MPI_ERRORS_RETURN already.
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  }
   identity_ = identify(config_, comm);
   set_log_rank(identity_.rank);
   executor_ = std::make_unique<DumpExecutor>(config_, identity_);
@@ -30,11 +37,15 @@ Session::Session(Config config, MPI_Comm world) : config_(std::move(config)), re
   protocol_ = std::make_unique<TriggerProtocol>(config_, identity_, recorder_, *executor_, comm);
 }
 
-Session::~Session() { shutdown(); }
-
-void Session::shutdown() {
-  if (protocol_) protocol_->shutdown();
+Session::~Session() {
+  if (!shutdown()) {
+    // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
+    (void)protocol_.release();
+    (void)executor_.release();
+  }
 }
+
+bool Session::shutdown() { return protocol_ ? protocol_->shutdown() : true; }
 
 DumpResult Session::dump(const DumpRequest& request) {
   if (!config_.enabled) {
@@ -52,6 +63,11 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   FrozenHistory h = recorder_.freeze(request.device);
   if (request.batch >= 0) h.batch = request.batch;
   const std::vector<std::int32_t> me = {identity_.rank};
+  // The root cause first (as the trigger protocol does), before any file is touched.
+  const std::string cause = dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes);
+  if (request.kind == DumpKind::oom) {
+    log().error("{}{}{}", cause, request.reason.empty() ? "" : ": ", request.reason);
+  }
   const ArchiveHeader header =
       executor_->header(request.kind, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
   DumpResult r = executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch);

@@ -3,15 +3,20 @@
 //   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks run two non-blocking
 //      collectives under one deadline: an allgather of votes (am I an origin, my kind, batch and request) and a
 //      broadcast of the archive path from the lowest origin.
-//   3. All ranks write the archive collectively (the DumpExecutor). If a collective does not complete by the
-//      deadline, the communicator is abandoned and every live rank writes a rank-local file; ranks then tell the
-//      origins they are done, so that an origin does not let its error end the job before the others wrote.
+//   Before step 2, every rank writes its frozen history to its rank-local file (the safety copy): from then on
+//   nothing another rank does (a stall, a crash, a full disk under the archive) can lose it.
+//   3. All ranks write the archive collectively (the DumpExecutor) under a partial name, verify it and rename it;
+//      then each rank removes its safety copy. If a collective does not complete by the deadline, the
+//      communicator is abandoned and the safety copies are the result; ranks then tell the origins they are done,
+//      so that an origin does not let its error end the job before the others wrote.
+//   The origin prints its reason to stderr before step 1, so that a teardown during the dump cannot hide it.
 #include "trigger_protocol.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "oomflight/base/log.hpp"
@@ -65,14 +70,32 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
 
 TriggerProtocol::~TriggerProtocol() { shutdown(); }
 
-void TriggerProtocol::shutdown() {
+bool TriggerProtocol::shutdown() {
+  std::string stuck_safety_path;
   {
-    std::lock_guard lock(mutex_);
-    if (stop_) return;
+    std::unique_lock lock(mutex_);
+    if (stop_) return !abandoned_;
     stop_ = true;
+    wake_.notify_all();
+    done_.notify_all();
+    // A watcher inside a dump may be blocked in an MPI or MPI-IO call that a stalled or dead rank never lets
+    // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
+    // it is left behind, so that the job's own error ends the process instead of oomflight keeping it alive.
+    const auto bound = std::chrono::nanoseconds(active_ ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) -
+                                                              monotonic_ns()
+                                                        : to_ns(config_.dump_timeout));
+    abandoned_ = !done_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
+                                 [&] { return watcher_exited_; });
+    stuck_safety_path = safety_path_shared_;
   }
-  wake_.notify_all();
-  done_.notify_all();
+  if (abandoned_) {
+    watcher_.detach();
+    log().error("the dump is stuck in an MPI call (a rank stalled or died during it); leaving it behind so that "
+                "the job can exit. Every rank that froze its history wrote its rank-local file before the first "
+                "collective step{}",
+                stuck_safety_path.empty() ? std::string() : fmt::format(" (this rank's: {})", stuck_safety_path));
+    return false;  // comm_, the pending receive and this object stay as they are: the watcher still uses them
+  }
   if (watcher_.joinable()) watcher_.join();
   if (trigger_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&trigger_request_);
@@ -80,6 +103,7 @@ void TriggerProtocol::shutdown() {
   }
   // A communicator with an abandoned collective on it must not be freed (the collective still refers to it).
   if (!broken_) MPI_Comm_free(&comm_);
+  return true;
 }
 
 DumpResult TriggerProtocol::request(const DumpRequest& request) {
@@ -99,6 +123,7 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
     // Freeze at once: later events must not push history out.
     FrozenHistory h = recorder_.freeze(request.device);
     if (request.batch >= 0) h.batch = request.batch;
+    announce(request, h.batch);
     pending_ = Pending{std::move(h), request};
     pending_epoch_ = active_ ? epoch_ + 1 : epoch_;
     target = pending_epoch_;
@@ -116,7 +141,27 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   return last_result_;
 }
 
+void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
+  // The root cause first, on this rank's stderr, before any step another rank could block or a teardown could
+  // cut short: whatever happens to the dump, the user reads why the job died.
+  const std::string what = dump_summary(request.kind, {id_.rank}, batch, request.requested_bytes,
+                                        request.device_free_bytes);
+  const std::string reason = request.reason.empty() ? std::string() : fmt::format(": {}", request.reason);
+  if (request.kind == DumpKind::oom) {
+    log().error("{}, writing the history of every rank{}", what, reason);
+  } else {
+    log().info("{}, writing the history of every rank{}", what, reason);
+  }
+}
+
 void TriggerProtocol::watch() {
+  watch_until_stopped();
+  std::lock_guard lock(mutex_);
+  watcher_exited_ = true;
+  done_.notify_all();
+}
+
+void TriggerProtocol::watch_until_stopped() {
   for (;;) {
     bool local = false;
     {
@@ -174,6 +219,7 @@ void TriggerProtocol::run_dump() {
   {
     std::lock_guard lock(mutex_);
     active_ = true;
+    active_start_ns_ = start;
     if (pending_ && pending_epoch_ <= epoch_) {
       is_origin = true;
       h = std::move(pending_->history);
@@ -188,6 +234,7 @@ void TriggerProtocol::run_dump() {
     if (h.oom_events > oom_events_covered_) {
       is_origin = true;
       request = request_from_oom_event(h);
+      announce(request, h.batch);
     }
   }
   if (is_origin) oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
@@ -196,9 +243,50 @@ void TriggerProtocol::run_dump() {
     active_is_origin_ = is_origin;
   }
   if (is_origin && !broken_) send_triggers(h.batch, request.kind);
+  safety_path_ = write_safety_copy(h, is_origin, request);
+  {
+    std::lock_guard lock(mutex_);
+    safety_path_shared_ = safety_path_;  // for a shutdown() that has to leave this dump behind
+  }
   DumpResult result = broken_ ? fall_back(h, is_origin, request, start, "an earlier dump left the ranks out of step")
                               : agree_and_write(h, is_origin, request, start + to_ns(config_.dump_timeout), start);
+  if (result.status == DumpResult::Status::archive && !safety_path_.empty() && !config_.keep_rank_files) {
+    std::error_code ec;
+    std::filesystem::remove(safety_path_, ec);  // the archive holds it now, verified
+  }
+  safety_path_.clear();
   finish(std::move(result));
+}
+
+TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, bool is_origin,
+                                                       const DumpRequest& request,
+                                                       std::vector<std::int32_t> origins) const {
+  // Without an agreement, the origins this rank knows of are itself and the senders of the triggers it received.
+  origins.insert(origins.end(), heard_origins_.begin(), heard_origins_.end());
+  if (is_origin) origins.push_back(id_.rank);
+  std::sort(origins.begin(), origins.end());
+  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
+  const bool heard = !is_origin && !heard_origins_.empty();
+  LocalView v;
+  v.batch = heard && heard_batch_ >= 0 ? heard_batch_ : h.batch;
+  v.kind = heard ? heard_kind_ : request.kind;
+  v.header = executor_.header(v.kind, is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "",
+                              std::move(origins), {id_.rank});
+  return v;
+}
+
+std::string TriggerProtocol::write_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request) {
+  const LocalView v = local_view(h, is_origin, request);
+  try {
+    const std::string path =
+        executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch);
+    log().debug("safety copy of this rank's history: {}", path);
+    return path;
+  } catch (const std::exception& e) {
+    // The history is still in memory: the archive may yet hold it. Say so now, in case it does not.
+    log().error("cannot write this rank's rank-local file before the archive: {}", e.what());
+    return {};
+  }
 }
 
 DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request,
@@ -285,34 +373,27 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
 DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request,
                                       std::int64_t start_ns, const std::string& why,
                                       std::vector<std::int32_t> origins) {
-  // Without an agreement, the origins this rank knows of are the senders of the triggers it received.
-  origins.insert(origins.end(), heard_origins_.begin(), heard_origins_.end());
-  if (is_origin && std::find(origins.begin(), origins.end(), id_.rank) == origins.end()) origins.push_back(id_.rank);
-  std::sort(origins.begin(), origins.end());
-  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
-  const bool heard = !is_origin && !heard_origins_.empty();
-  const std::int64_t batch = heard && heard_batch_ >= 0 ? heard_batch_ : h.batch;
-  const DumpKind kind = heard ? heard_kind_ : request.kind;
-  const std::string reason = is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "";
-  const ArchiveHeader header = executor_.header(kind, reason, origins, {id_.rank});
+  const LocalView v = local_view(h, is_origin, request, std::move(origins));
+  const ArchiveHeader& header = v.header;
+  const std::int64_t batch = v.batch;
   const RankRow row = executor_.rank_row(h, is_origin, request);
   DumpResult r;
-  r.kind = kind;
-  r.origin_ranks.assign(origins.begin(), origins.end());
+  r.kind = v.kind;
+  r.origin_ranks.assign(header.origin_ranks.begin(), header.origin_ranks.end());
   r.world_size = id_.world_size;
   r.batch = batch;
   r.error = why;
   try {
-    r.path = executor_.write_rank_local(header, row, h, batch);
+    r.path = safety_path_.empty() ? executor_.write_rank_local(header, row, h, batch) : safety_path_;
     r.status = DumpResult::Status::rank_local;
     r.ranks_written = 1;
-    log().warn("{}; wrote this rank's history to the rank-local file {}", why, r.path);
+    log().warn("{}; this rank's history is in the rank-local file {}", why, r.path);
   } catch (const std::exception& e) {
     r.status = DumpResult::Status::failed;
     r.error = fmt::format("{}; and the rank-local file failed: {}", why, e.what());
     log().error("{}", r.error);
   }
-  exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
+  exchange_done(is_origin, header.origin_ranks, monotonic_ns() + to_ns(config_.dump_timeout));
   r.seconds = seconds_since(start_ns);
   return r;
 }

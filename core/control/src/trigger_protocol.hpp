@@ -34,7 +34,10 @@ class TriggerProtocol {
   DumpResult request(const DumpRequest& request);
 
   /// Stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
-  void shutdown();
+  /// A watcher stuck in a dump's MPI call (a stalled or dead rank) is waited for only until that dump's bound,
+  /// 3 x OOMFLIGHT_DUMP_TIMEOUT from its start; then it is detached and shutdown() returns false: the object,
+  /// its communicator and everything it refers to must then stay alive until the process exits.
+  bool shutdown();
 
  private:
   struct Pending {
@@ -42,7 +45,18 @@ class TriggerProtocol {
     DumpRequest request;
   };
 
+  // What a rank knows of a dump on its own (before or without the votes): origins, batch, kind, its header.
+  struct LocalView {
+    ArchiveHeader header;
+    std::int64_t batch = -1;
+    DumpKind kind = DumpKind::oom;
+  };
+  LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                       std::vector<std::int32_t> origins = {}) const;
+  void announce(const DumpRequest& request, std::int64_t batch) const;
+  std::string write_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   void watch();
+  void watch_until_stopped();
   bool poll_trigger_message();
   void run_dump();
   void send_triggers(std::int64_t batch, DumpKind kind);
@@ -68,10 +82,15 @@ class TriggerProtocol {
   std::int64_t pending_epoch_ = 0;       // the dump the pending request belongs to
   std::int64_t epoch_ = 0;               // dumps completed
   bool active_ = false;                  // a dump is under way
+  std::int64_t active_start_ns_ = 0;     // when it began (monotonic)
+  bool watcher_exited_ = false;
+  bool abandoned_ = false;               // shutdown() left a stuck watcher behind
+  std::string safety_path_shared_;       // safety_path_, readable under mutex_
   bool active_is_origin_ = false;
   DumpResult last_result_;
   std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
+  std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};

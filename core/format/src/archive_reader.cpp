@@ -18,9 +18,16 @@ class Reader {
 
   [[noreturn]] void fail(const std::string& what) const { throw ArchiveError(fmt::format("{}: {}", path_, what)); }
 
+  hid_t file() const { return file_; }
+
   void open() {
     struct stat st {};
     if (stat(path_.c_str(), &st) != 0) fail("no such file");
+    file_bytes_ = static_cast<std::uint64_t>(st.st_size);
+    if (path_.ends_with(".partial")) {
+      fail("a partial file: the dump that wrote it did not finish, so it is not an archive (the log of that "
+           "dump names the rank-local files that hold the histories)");
+    }
     if (H5Fis_hdf5(path_.c_str()) <= 0) fail("not an HDF5 file, so not an oomflight archive");
     file_ = h5::file(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     if (!file_.valid()) fail("cannot open the HDF5 file");
@@ -59,9 +66,19 @@ class Reader {
   std::vector<T> rows(const char* name, hid_t type) const {
     if (H5Lexists(file_, name, H5P_DEFAULT) <= 0) fail(fmt::format("dataset '/{}' is missing", name));
     auto d = h5::dset(H5Dopen2(file_, name, H5P_DEFAULT));
+    if (!d.valid()) fail(fmt::format("dataset '/{}' cannot be opened", name));
     auto s = h5::space(H5Dget_space(d));
+    if (!s.valid() || H5Sget_simple_extent_ndims(s) != 1) fail(fmt::format("dataset '/{}' is not one-dimensional", name));
     const auto n = H5Sget_simple_extent_npoints(s);
-    std::vector<T> out(static_cast<std::size_t>(n < 0 ? 0 : n));
+    if (n < 0) fail(fmt::format("dataset '/{}' has no readable size", name));
+    // Bound memory before allocating: our datasets are stored whole (contiguous, no compression), so a dataset
+    // cannot hold more rows than the file has bytes for. A hostile file declaring 1e10 rows is refused here.
+    const std::uint64_t rows_declared = static_cast<std::uint64_t>(n);
+    if (rows_declared > (file_bytes_ + (1u << 20)) / sizeof(T)) {
+      fail(fmt::format("dataset '/{}' declares {} rows of {} bytes, more than the file's {} bytes can hold", name,
+                       rows_declared, sizeof(T), file_bytes_));
+    }
+    std::vector<T> out(static_cast<std::size_t>(n));
     if (!out.empty() && H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
       fail(fmt::format("cannot read dataset '/{}'", name));
     }
@@ -71,20 +88,82 @@ class Reader {
  private:
   std::string path_;
   h5::Handle file_;
+  std::uint64_t file_bytes_ = 0;
 };
 
+// offset + count <= size, without the sum overflowing (a hostile offset near 2^64 must not wrap into range).
+bool range_inside(std::uint64_t offset, std::uint64_t count, std::uint64_t size) {
+  return offset <= size && count <= size - offset;
+}
+
+// Every cross-reference a reader follows, checked once here so that no reader indexes out of range: rows per
+// rank inside their datasets, ranks unique and inside the world, origins inside the world, stack, frame and
+// string ids inside their tables. Each failure names the dataset and the field.
 void check_consistency(const Archive& a, const Reader& r) {
-  for (const auto& row : a.ranks) {
-    if (row.event_offset + row.event_count > a.events.size()) {
-      r.fail(fmt::format("rank {}: events {}+{} lie outside /events ({} rows)", row.rank, row.event_offset,
-                         row.event_count, a.events.size()));
+  const auto& h = a.header;
+  if (h.world_size < 1) r.fail(fmt::format("root attribute 'world_size' is {}; it must be at least 1", h.world_size));
+  if (a.ranks.size() != h.ranks_present.size()) {
+    r.fail(fmt::format("/ranks has {} rows but root attribute 'ranks_present' lists {} ranks", a.ranks.size(),
+                       h.ranks_present.size()));
+  }
+  if (a.ranks.empty()) r.fail("/ranks has no rows: the file holds no rank");
+  std::vector<bool> seen(static_cast<std::size_t>(h.world_size), false);
+  for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+    const RankRow& row = a.ranks[i];
+    if (row.rank < 0 || row.rank >= h.world_size) {
+      r.fail(fmt::format("/ranks row {}: rank {} is outside 0 .. world_size - 1 ({})", i, row.rank, h.world_size - 1));
+    }
+    if (seen[static_cast<std::size_t>(row.rank)]) r.fail(fmt::format("/ranks: rank {} appears twice", row.rank));
+    seen[static_cast<std::size_t>(row.rank)] = true;
+    if (row.rank != h.ranks_present[i]) {
+      r.fail(fmt::format("/ranks row {} is rank {} but 'ranks_present' says {}", i, row.rank, h.ranks_present[i]));
+    }
+    const struct {
+      const char* field;
+      std::uint64_t offset, count, size;
+      const char* table;
+    } ranges[] = {{"event", row.event_offset, row.event_count, a.events.size(), "/events"},
+                  {"stack", row.stack_offset, row.stack_count, a.stacks.size(), "/stacks"},
+                  {"frame", row.frame_offset, row.frame_count, a.frames.size(), "/frames"},
+                  {"string", row.string_offset, row.string_count, a.strings.size(), "/strings"}};
+    for (const auto& x : ranges) {
+      if (!range_inside(x.offset, x.count, x.size)) {
+        r.fail(fmt::format("/ranks rank {}: {}_offset {} + {}_count {} lie outside {} ({} rows)", row.rank, x.field,
+                           x.offset, x.field, x.count, x.table, x.size));
+      }
     }
   }
-  for (const auto& s : a.stacks) {
-    if (s.frame_offset + s.frame_count > a.stack_frames.size()) r.fail("/stacks points outside /stack_frames");
+  for (const auto origin : h.origin_ranks) {
+    if (origin < 0 || origin >= h.world_size) {
+      r.fail(fmt::format("root attribute 'origin_ranks' names rank {}, outside 0 .. {}", origin, h.world_size - 1));
+    }
   }
-  for (const auto f : a.stack_frames) {
-    if (f >= a.frames.size()) r.fail("/stack_frames points outside /frames");
+  for (std::size_t i = 0; i < a.events.size(); ++i) {
+    const Event& e = a.events[i];
+    if (static_cast<int>(e.action) >= kActionCount) {
+      r.fail(fmt::format("/events row {}: action {} is not a known action", i, static_cast<int>(e.action)));
+    }
+    if (e.stack_id != kNoStack && (e.stack_id < 0 || static_cast<std::size_t>(e.stack_id) >= a.stacks.size())) {
+      r.fail(fmt::format("/events row {}: stack_id {} is outside /stacks ({} rows)", i, e.stack_id, a.stacks.size()));
+    }
+  }
+  for (std::size_t i = 0; i < a.stacks.size(); ++i) {
+    if (!range_inside(a.stacks[i].frame_offset, a.stacks[i].frame_count, a.stack_frames.size())) {
+      r.fail(fmt::format("/stacks row {}: frame_offset {} + frame_count {} lie outside /stack_frames ({} rows)", i,
+                         a.stacks[i].frame_offset, a.stacks[i].frame_count, a.stack_frames.size()));
+    }
+  }
+  for (std::size_t i = 0; i < a.stack_frames.size(); ++i) {
+    if (a.stack_frames[i] >= a.frames.size()) {
+      r.fail(fmt::format("/stack_frames row {}: frame {} is outside /frames ({} rows)", i, a.stack_frames[i],
+                         a.frames.size()));
+    }
+  }
+  for (std::size_t i = 0; i < a.frames.size(); ++i) {
+    if (a.frames[i].function >= a.strings.size() || a.frames[i].file >= a.strings.size()) {
+      r.fail(fmt::format("/frames row {}: string id {} or {} is outside /strings ({} rows)", i, a.frames[i].function,
+                         a.frames[i].file, a.strings.size()));
+    }
   }
 }
 
@@ -127,6 +206,19 @@ Archive read_archive(const std::string& path) {
                        a.header.schema_version, kSchemaVersion));
   }
   a.header.producer = r.string_attribute("producer");
+  // Since 0.2 the writer marks a finished file last; a file without the mark (a crash mid-write, or a partial
+  // file renamed by hand) is refused. 0.1.x wrote no mark but never gave an unfinished file a final name.
+  if (H5Aexists(r.file(), kCompleteAttribute) <= 0) {
+    if (!a.header.producer.starts_with("oomflight 0.1.")) {
+      r.fail(fmt::format("incomplete archive: the dump that wrote it did not finish (no root attribute '{}'; "
+                         "written by {})", kCompleteAttribute, a.header.producer));
+    }
+  } else {
+    const auto complete = r.int_attribute(kCompleteAttribute);
+    if (complete.size() != 1 || complete[0] != 1) {
+      r.fail(fmt::format("incomplete archive: root attribute '{}' is not 1", kCompleteAttribute));
+    }
+  }
   a.header.run_name = r.string_attribute("run_name");
   a.header.kind = r.string_attribute("kind");
   a.header.created_at_utc = r.string_attribute("created_at_utc");
@@ -144,8 +236,18 @@ Archive read_archive(const std::string& path) {
   const auto string_rows = r.rows<StringRow>(dataset::strings, h5::string_row_type());
   const auto data = r.rows<char>(dataset::string_data, H5T_NATIVE_UINT8);
   a.strings.reserve(string_rows.size());
-  for (const auto& s : string_rows) {
-    if (s.offset + s.length > data.size()) r.fail("/strings points outside /string_data");
+  // Strings are stored once each: rows that point at the same bytes again and again would copy them out of all
+  // proportion (a hostile file: a million rows over 4 MB). Bound the copy by the bytes the file holds.
+  const std::uint64_t bound = 4 * static_cast<std::uint64_t>(data.size()) + (1u << 20);
+  std::uint64_t copied = 0;
+  for (std::size_t i = 0; i < string_rows.size(); ++i) {
+    const StringRow& s = string_rows[i];
+    copied += std::min<std::uint64_t>(s.length, data.size());
+    if (copied > bound) r.fail(fmt::format("/strings rows reference {} bytes of /string_data's {} again and again", copied, data.size()));
+    if (!range_inside(s.offset, s.length, data.size())) {
+      r.fail(fmt::format("/strings row {}: offset {} + length {} lie outside /string_data ({} bytes)", i, s.offset,
+                         s.length, data.size()));
+    }
     a.strings.emplace_back(data.data() + s.offset, s.length);
   }
   check_consistency(a, r);

@@ -1,12 +1,23 @@
 // The archive writer, serial and collective in one implementation. Offsets of every rank's rows come from one
 // MPI_Allgather of six counts; each dataset is created once with its total size and written with one collective
 // hyperslab write.
+//
+// A file carries the archive's name only when it is complete: it is written as "<name>.partial", the root
+// attribute `complete` is its last write, and after the close every rank syncs the file and reads its own rows
+// back (Open MPI's OMPIO reports success for writes that failed with ENOSPC: a full disk left a sparse file that
+// said "written" before this check). Only when every rank agrees does the first rank rename it.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fmt/format.h>
 
 #include "h5_handle.hpp"
+#include "oomflight/base/log.hpp"
 #include "h5_types.hpp"
 #include "oomflight/format/archive_writer.hpp"
 #include "oomflight/format/collective_writer.hpp"
@@ -87,6 +98,14 @@ class Writer {
 
   bool file_open() const { return file_.valid(); }
 
+  /// Bytes this rank wrote, where they lie in the file: what verify_rows() reads back after the close.
+  struct Range {
+    std::uint64_t file_offset;
+    std::uint64_t bytes;
+    const void* data;
+  };
+  const std::vector<Range>& ranges() const { return ranges_; }
+
   void string_attribute(const char* name, const std::string& value) {
     auto t = h5::fixed_string_type(value.size());
     auto s = h5::space(H5Screate(H5S_SCALAR));
@@ -128,6 +147,14 @@ class Writer {
     // (total 0, the same on every rank) has nothing to transfer, and MPI-IO refuses a write to it.
     if (d.valid() && total > 0) {
       check(H5Dwrite(d, type, mem_space, file_space, dxpl_, count == 0 ? nullptr : data) >= 0, name);
+      // Contiguous layout: the rows lie at the dataset's address plus offset x the file type's size.
+      const haddr_t at = H5Dget_offset(d);
+      const std::size_t row_bytes = H5Tget_size(type);
+      if (count > 0 && at != HADDR_UNDEF && row_bytes > 0) {
+        ranges_.push_back(Range{at + offset * row_bytes, count * row_bytes, data});
+      } else if (count > 0) {
+        check(false, name);  // cannot tell where the rows went, so they cannot be verified
+      }
     }
   }
 
@@ -142,7 +169,54 @@ class Writer {
   h5::Handle file_;
   h5::Handle dxpl_;
   std::string failed_step_;
+  std::vector<Range> ranges_;
 };
+
+// After the close: sync the file (ENOSPC on filesystems that allocate at writeback surfaces here) and read this
+// rank's rows back. Returns an empty string, or what failed.
+std::string verify_rows(const std::string& path, const std::vector<Writer::Range>& ranges) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fmt::format("cannot reopen it to verify: {}", std::strerror(errno));
+  std::string error;
+  if (::fsync(fd) != 0 && errno != EINVAL) error = fmt::format("fsync failed: {}", std::strerror(errno));
+  std::vector<unsigned char> buffer(std::size_t{1} << 20);
+  for (const auto& r : ranges) {
+    for (std::uint64_t done = 0; error.empty() && done < r.bytes;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), r.bytes - done));
+      const ssize_t got = ::pread(fd, buffer.data(), n, static_cast<off_t>(r.file_offset + done));
+      if (got != static_cast<ssize_t>(n) ||
+          std::memcmp(buffer.data(), static_cast<const unsigned char*>(r.data) + done, n) != 0) {
+        error = fmt::format("{} bytes at offset {} did not reach the file (disk full?)", r.bytes, r.file_offset);
+      }
+      done += n;
+    }
+  }
+  ::close(fd);
+  return error;
+}
+
+// The first rank's check of what only the library wrote: the file opens, says it is complete, and every dataset
+// has the size all ranks wrote. Returns an empty string, or what failed.
+std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 7>& dims) {
+  auto file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) return "it does not open as HDF5 after the close (disk full?)";
+  std::int32_t complete = 0;
+  auto a = h5::attr(H5Aopen(file, "complete", H5P_DEFAULT));
+  if (!a.valid() || H5Aread(a, H5T_NATIVE_INT32, &complete) < 0 || complete != 1) {
+    return "its 'complete' attribute did not reach the file (disk full?)";
+  }
+  const std::array<const char*, 7> names = {dataset::ranks,  dataset::events,  dataset::stacks, dataset::stack_frames,
+                                           dataset::frames, dataset::strings, dataset::string_data};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto d = h5::dset(H5Dopen2(file, names[i], H5P_DEFAULT));
+    auto sp = d.valid() ? h5::space(H5Dget_space(d)) : h5::Handle();
+    hsize_t n = 0;
+    if (!sp.valid() || H5Sget_simple_extent_dims(sp, &n, nullptr) != 1 || n != dims[i]) {
+      return fmt::format("dataset '/{}' did not reach the file whole (disk full?)", names[i]);
+    }
+  }
+  return {};
+}
 
 bool all_agree(bool ok, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return ok;
@@ -151,50 +225,48 @@ bool all_agree(bool ok, MPI_Comm comm) {
   return all != 0;
 }
 
-}  // namespace
+// What this process writes: its ranks' rows (one rank for the collective writer, any number for the serial one)
+// and where they go among every process's rows.
+struct Plan {
+  std::vector<RankRow> rank_rows;
+  std::uint64_t rank_offset = 0, rank_total = 0;
+  Counts offset{}, total{}, mine{};
+  GlobalRows rows;
+};
 
-void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump) {
-  write_archive_collective(path, header, dump, MPI_COMM_NULL);
+void append(GlobalRows& to, GlobalRows&& from) {
+  to.events.insert(to.events.end(), from.events.begin(), from.events.end());
+  to.stacks.insert(to.stacks.end(), from.stacks.begin(), from.stacks.end());
+  to.stack_frames.insert(to.stack_frames.end(), from.stack_frames.begin(), from.stack_frames.end());
+  to.frames.insert(to.frames.end(), from.frames.begin(), from.frames.end());
+  to.strings.insert(to.strings.end(), from.strings.begin(), from.strings.end());
+  to.string_data.insert(to.string_data.end(), from.string_data.begin(), from.string_data.end());
 }
 
-void write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
-                              MPI_Comm comm) {
-  if (dump.stacks == nullptr) throw std::invalid_argument("write_archive: RankDump needs its stack table");
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, with the file's name
-  int index = 0, size = 1;
-  if (comm != MPI_COMM_NULL) {
-    MPI_Comm_rank(comm, &index);
-    MPI_Comm_size(comm, &size);
-  }
-  const Counts mine = local_counts(dump);
-  std::vector<Counts> all(static_cast<std::size_t>(size));
-  if (comm != MPI_COMM_NULL) {
-    MPI_Allgather(mine.data(), kTables, MPI_UINT64_T, all.data(), kTables, MPI_UINT64_T, comm);
-  } else {
-    all[0] = mine;
-  }
-  Counts offset{}, total{};
-  for (int r = 0; r < size; ++r) {
-    for (int t = 0; t < kTables; ++t) {
-      if (r < index) offset[t] += all[static_cast<std::size_t>(r)][t];
-      total[t] += all[static_cast<std::size_t>(r)][t];
-    }
-  }
-  const GlobalRows rows = rebase(dump, offset);
+// Adds one rank at `at` (its offsets among all rows), rebased, to the plan.
+void add_rank(Plan& plan, const RankDump& dump, const Counts& at) {
+  const Counts c = local_counts(dump);
   RankRow row = dump.row;
-  row.event_offset = offset[kEvents];
-  row.event_count = mine[kEvents];
-  row.stack_offset = offset[kStacks];
-  row.stack_count = mine[kStacks];
-  row.frame_offset = offset[kFrames];
-  row.frame_count = mine[kFrames];
-  row.string_offset = offset[kStrings];
-  row.string_count = mine[kStrings];
+  row.event_offset = at[kEvents];
+  row.event_count = c[kEvents];
+  row.stack_offset = at[kStacks];
+  row.stack_count = c[kStacks];
+  row.frame_offset = at[kFrames];
+  row.frame_count = c[kFrames];
+  row.string_offset = at[kStrings];
+  row.string_count = c[kStrings];
+  plan.rank_rows.push_back(row);
+  append(plan.rows, rebase(dump, at));
+  for (int t = 0; t < kTables; ++t) plan.mine[t] += c[t];
+}
 
-  Writer w(path, comm);
+void write_planned(const std::string& path, const ArchiveHeader& header, const Plan& plan, int index,
+                   MPI_Comm comm) {
+  const std::string partial = partial_archive_path(path);
+  Writer w(partial, comm);
   w.create();
   if (!all_agree(w.file_open(), comm)) {
-    throw ArchiveError(fmt::format("cannot create archive '{}' (folder missing or not writable, or disk full?)", path));
+    throw ArchiveError(fmt::format("cannot create archive '{}' (folder missing or not writable, or disk full?)", partial));
   }
   w.string_attribute("producer", header.producer);
   w.int_attribute("schema_version", header.schema_version);
@@ -206,23 +278,93 @@ void write_archive_collective(const std::string& path, const ArchiveHeader& head
   w.int_attribute("world_size", header.world_size);
   w.int_array_attribute("ranks_present", header.ranks_present);
 
-  w.rows(dataset::ranks, h5::rank_row_type(), static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(index), 1,
-         &row);
-  w.rows(dataset::events, h5::event_type(), total[kEvents], offset[kEvents], mine[kEvents], rows.events.data());
-  w.rows(dataset::stacks, h5::stack_row_type(), total[kStacks], offset[kStacks], mine[kStacks],
-         rows.stacks.data());
-  w.rows(dataset::stack_frames, H5T_NATIVE_UINT32, total[kStackFrames], offset[kStackFrames], mine[kStackFrames],
+  const Counts& off = plan.offset;
+  const Counts& total = plan.total;
+  const Counts& mine = plan.mine;
+  const GlobalRows& rows = plan.rows;
+  w.rows(dataset::ranks, h5::rank_row_type(), plan.rank_total, plan.rank_offset, plan.rank_rows.size(),
+         plan.rank_rows.data());
+  w.rows(dataset::events, h5::event_type(), total[kEvents], off[kEvents], mine[kEvents], rows.events.data());
+  w.rows(dataset::stacks, h5::stack_row_type(), total[kStacks], off[kStacks], mine[kStacks], rows.stacks.data());
+  w.rows(dataset::stack_frames, H5T_NATIVE_UINT32, total[kStackFrames], off[kStackFrames], mine[kStackFrames],
          rows.stack_frames.data());
-  w.rows(dataset::frames, h5::frame_row_type(), total[kFrames], offset[kFrames], mine[kFrames],
-         rows.frames.data());
-  w.rows(dataset::strings, h5::string_row_type(), total[kStrings], offset[kStrings], mine[kStrings],
+  w.rows(dataset::frames, h5::frame_row_type(), total[kFrames], off[kFrames], mine[kFrames], rows.frames.data());
+  w.rows(dataset::strings, h5::string_row_type(), total[kStrings], off[kStrings], mine[kStrings],
          rows.strings.data());
-  w.rows(dataset::string_data, H5T_NATIVE_UINT8, total[kStringBytes], offset[kStringBytes], mine[kStringBytes],
+  w.rows(dataset::string_data, H5T_NATIVE_UINT8, total[kStringBytes], off[kStringBytes], mine[kStringBytes],
          rows.string_data.data());
+  w.int_attribute(kCompleteAttribute, 1);  // the last write: a file without it never finished
   w.close();
-  if (!all_agree(w.ok(), comm)) {
-    throw ArchiveError(fmt::format("writing archive '{}' failed{} (disk full or I/O error?)", path,
-                                   w.ok() ? " on another rank" : fmt::format(" at '{}'", w.failed_step())));
+
+  std::string error = w.ok() ? std::string() : fmt::format("at '{}'", w.failed_step());
+  if (error.empty()) error = verify_rows(partial, w.ranges());
+  if (error.empty() && index == 0) {
+    error = verify_metadata(partial, {plan.rank_total, total[kEvents], total[kStacks], total[kStackFrames],
+                                      total[kFrames], total[kStrings], total[kStringBytes]});
+  }
+  const bool verified = all_agree(error.empty(), comm);
+  int renamed = 0;
+  if (index == 0) {
+    renamed = verified && std::rename(partial.c_str(), path.c_str()) == 0 ? 1 : 0;
+    if (verified && !renamed) error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
+    if (!renamed) std::remove(partial.c_str());  // a failed write keeps no name at all
+  }
+  if (comm != MPI_COMM_NULL) MPI_Bcast(&renamed, 1, MPI_INT, 0, comm);
+  if (!renamed) {
+    throw ArchiveError(fmt::format("writing archive '{}' failed: {}", path,
+                                   error.empty() ? std::string("on another rank") : error));
+  }
+}
+
+}  // namespace
+
+void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump) {
+  write_archive_ranks(path, header, std::span<const RankDump>(&dump, 1));
+}
+
+void write_archive_ranks(const std::string& path, const ArchiveHeader& header, std::span<const RankDump> dumps) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, with the file's name
+  Plan plan;
+  plan.rank_total = dumps.size();
+  for (const RankDump& d : dumps) {
+    if (d.stacks == nullptr) throw std::invalid_argument("write_archive: RankDump needs its stack table");
+    const Counts at = plan.mine;  // this rank's rows follow the previous ranks' rows
+    add_rank(plan, d, at);
+  }
+  plan.total = plan.mine;
+  write_planned(path, header, plan, 0, MPI_COMM_NULL);
+}
+
+void write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                              MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return write_archive(path, header, dump);
+  if (dump.stacks == nullptr) throw std::invalid_argument("write_archive: RankDump needs its stack table");
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  int index = 0, size = 1;
+  MPI_Comm_rank(comm, &index);
+  MPI_Comm_size(comm, &size);
+  const Counts mine = local_counts(dump);
+  std::vector<Counts> all(static_cast<std::size_t>(size));
+  MPI_Allgather(mine.data(), kTables, MPI_UINT64_T, all.data(), kTables, MPI_UINT64_T, comm);
+  Plan plan;
+  plan.rank_total = static_cast<std::uint64_t>(size);
+  plan.rank_offset = static_cast<std::uint64_t>(index);
+  for (int r = 0; r < size; ++r) {
+    for (int t = 0; t < kTables; ++t) {
+      if (r < index) plan.offset[t] += all[static_cast<std::size_t>(r)][t];
+      plan.total[t] += all[static_cast<std::size_t>(r)][t];
+    }
+  }
+  add_rank(plan, dump, plan.offset);
+  write_planned(path, header, plan, index, comm);
+}
+
+std::string partial_archive_path(const std::string& path) { return path + ".partial"; }
+
+void keep_hdf5_out_of_process_exit() {
+  // First: any other HDF5 call (even H5Eset_auto2) initialises the library, which registers the handler.
+  if (H5dont_atexit() < 0) {
+    log().debug("HDF5 was initialised before the session; its atexit handler stays");
   }
 }
 

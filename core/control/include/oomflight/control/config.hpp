@@ -32,6 +32,7 @@ struct OOMFLIGHT_API Config {
   std::chrono::milliseconds dump_timeout{30000};  ///< deadline for the ranks to agree on a dump
   std::chrono::milliseconds poll_interval{10};    ///< the watcher thread's sleep between MPI_Test polls
   bool overwrite = false;             ///< replace an existing file instead of choosing a new name
+  bool keep_rank_files = false;       ///< keep every rank's safety copy after the archive is verified
   std::string log_level = "info";
   std::string library;                ///< liboomflight's path for the Python package; unused by the library itself
 

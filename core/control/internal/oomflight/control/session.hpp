@@ -41,8 +41,11 @@ class Session {
   DumpResult dump(const DumpRequest& request);
 
   /// Stops the watcher thread and frees the communicator (no collective: safe when other ranks are gone).
-  /// Idempotent; the destructor calls it. Does not finalise MPI.
-  void shutdown();
+  /// Idempotent; the destructor calls it. Does not finalise MPI. Returns false when the watcher was stuck in a
+  /// dump's MPI call past 3 x OOMFLIGHT_DUMP_TIMEOUT and was left behind: then MPI must not be finalised (it
+  /// would wait for the stuck call) and the session should not be destroyed (the watcher still reads it; the
+  /// destructor keeps the protocol's parts alive, but not the recorder or the configuration).
+  bool shutdown();
 
   const RankIdentity& identity() const { return identity_; }
   const Config& config() const { return config_; }

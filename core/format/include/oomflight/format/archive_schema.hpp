@@ -23,6 +23,10 @@ struct ArchiveError : std::runtime_error {
 /// Schema version written into the root attribute `schema_version`. Bump on any incompatible change.
 inline constexpr int kSchemaVersion = 1;
 
+/// Root attribute written last, value 1: a file without it never finished (see archive_writer.hpp). Files of
+/// oomflight 0.1.x predate it and carry final names only when complete, so readers accept them without it.
+inline constexpr const char* kCompleteAttribute = "complete";
+
 /// Dataset names at the root of the file.
 namespace dataset {
 inline constexpr const char* events = "events";              ///< Event rows, rank after rank
@@ -111,7 +115,7 @@ struct RankRow {
 /// Root attributes.
 struct ArchiveHeader {
   int schema_version = kSchemaVersion;
-  std::string producer;                 ///< "oomflight 0.1.0"
+  std::string producer;                 ///< "oomflight 0.2.0"
   std::string run_name;
   std::string kind;                     ///< dump_kind_name() of a DumpKind; readers keep unknown names as text
   std::string created_at_utc;           ///< ISO 8601, e.g. "2026-11-21T10:15:02Z"

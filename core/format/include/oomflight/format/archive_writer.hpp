@@ -20,10 +20,22 @@ struct RankDump {
   const StackTableCopy* stacks = nullptr;  ///< required
 };
 
-/// Writes `path` (created, or truncated if it exists) holding one rank: `header` as the root attributes,
-/// `dump` as the rows. Throws std::invalid_argument when dump.stacks is null, ArchiveError naming the file and
-/// the step that failed (folder missing or not writable, disk full). Not thread-safe with other HDF5 use in the
-/// process (Debian's parallel HDF5 is not built thread-safe): call it from one thread.
+/// Writes `path` holding one rank: `header` as the root attributes, `dump` as the rows. The file is written as
+/// partial_archive_path(path), its root attribute `complete` (= 1) is the last write, and after the close it is
+/// synced and read back; only then is it renamed to `path` (replacing a file of that name). On any failure the
+/// partial file is removed and nothing carries the name `path`.
+/// Throws std::invalid_argument when dump.stacks is null, ArchiveError naming the file and the step that failed
+/// (folder missing or not writable, disk full, a short write found by the read-back). Not thread-safe with other
+/// HDF5 use in the process (Debian's parallel HDF5 is not built thread-safe): call it from one thread.
 OOMFLIGHT_API void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump);
+
+/// Writes `path` holding several ranks from one process, in the order given (row i of /ranks is dumps[i]), like
+/// write_archive(). Used to join rank-local files (merge_archives). header.ranks_present must list the ranks in
+/// the same order. Throws as write_archive().
+OOMFLIGHT_API void write_archive_ranks(const std::string& path, const ArchiveHeader& header,
+                                       std::span<const RankDump> dumps);
+
+/// The name an archive has while it is written: `path` + ".partial". Such a file is never an archive.
+OOMFLIGHT_API std::string partial_archive_path(const std::string& path);
 
 }  // namespace oomflight

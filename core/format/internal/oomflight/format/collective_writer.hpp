@@ -23,4 +23,10 @@ namespace oomflight {
 void write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
                               MPI_Comm comm);
 
+/// Keeps HDF5 from closing (and flushing) open files in an atexit handler. Parallel HDF5's flush is collective:
+/// at the exit of a rank whose dump was left stuck on a stalled peer, that handler would wait for the peer
+/// forever and keep the job alive. oomflight closes every file it opens, so nothing is lost. Call it before the
+/// process's first HDF5 call (the session's start); later calls do nothing. Thread-safe: call it once.
+void keep_hdf5_out_of_process_exit();
+
 }  // namespace oomflight
