@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "isolate.hpp"
 #include "oomflight/analysis/post_mortem.hpp"
 #include "oomflight/export/text_report.hpp"
 #include "oomflight/format/archive_reader.hpp"
@@ -17,14 +18,17 @@ Command add_report(CLI::App& app) {
   sub->add_option("--top", *top, "Largest live allocations to list per origin")->capture_default_str();
   sub->add_option("--frames", *frames, "Frames to show per allocation")->capture_default_str();
   return {sub, [path, top, frames] {
-    try {
-      const Archive archive = read_archive(*path);
-      fmt::print("{}", render_report(archive, analyze(archive, *top), *frames));
-      return kExitOk;
-    } catch (const std::exception& e) {
-      print_error(e.what());
-      return kExitFailure;
-    }
+    // Whatever the file holds, report ends with its text or a message, never on a signal (isolate.hpp).
+    return run_isolated(*path, [&] {
+      try {
+        const Archive archive = read_archive(*path);
+        fmt::print("{}", render_report(archive, analyze(archive, *top), *frames));
+        return kExitOk;
+      } catch (const std::exception& e) {
+        print_error(e.what());
+        return kExitFailure;
+      }
+    });
   }};
 }
 

@@ -105,6 +105,24 @@ TEST(Archive, ReaderErrorsNameTheProblem) {
   EXPECT_NE(read_error(newer).find("schema 99"), std::string::npos);
 }
 
+TEST(Archive, AFileWithoutTheCompleteMarkIsAnIncompleteArchive) {
+  test::TempDir dir;
+  const Fixture f = make_fixture();
+  const auto path = (dir.path() / "a.h5").string();
+  write_archive(path, f.header, RankDump{f.row, f.events, &f.stacks});
+  EXPECT_FALSE(std::filesystem::exists(partial_archive_path(path)));  // renamed once verified
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    ASSERT_GE(H5Adelete(file, kCompleteAttribute), 0);  // as if the writer died before its last write
+    H5Fclose(file);
+  }
+  EXPECT_NE(read_error(path).find("incomplete archive"), std::string::npos) << read_error(path);
+  const auto partial = partial_archive_path((dir.path() / "b.h5").string());
+  std::filesystem::copy_file(path, partial);
+  EXPECT_NE(read_error(partial).find("a partial file"), std::string::npos) << read_error(partial);
+}
+
 TEST(Archive, UnwritablePathIsAnErrorNamingIt) {
   const Fixture f = make_fixture();
   try {

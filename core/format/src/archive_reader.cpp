@@ -67,6 +67,12 @@ class Reader {
     if (H5Lexists(file_, name, H5P_DEFAULT) <= 0) fail(fmt::format("dataset '/{}' is missing", name));
     auto d = h5::dset(H5Dopen2(file_, name, H5P_DEFAULT));
     if (!d.valid()) fail(fmt::format("dataset '/{}' cannot be opened", name));
+    // The file's own description of the rows must be the schema's: HDF5 converts from it while reading, and a
+    // damaged one (a member's offset or size flipped) makes that conversion write out of bounds.
+    auto file_type = h5::type(H5Dget_type(d));
+    if (!file_type.valid() || H5Tget_size(file_type) != H5Tget_size(type) || H5Tequal(file_type, type) <= 0) {
+      fail(fmt::format("dataset '/{}' does not have the schema's row type (a damaged or foreign file)", name));
+    }
     auto s = h5::space(H5Dget_space(d));
     if (!s.valid() || H5Sget_simple_extent_ndims(s) != 1) fail(fmt::format("dataset '/{}' is not one-dimensional", name));
     const auto n = H5Sget_simple_extent_npoints(s);
@@ -115,6 +121,9 @@ void check_consistency(const Archive& a, const Reader& r) {
     }
     if (seen[static_cast<std::size_t>(row.rank)]) r.fail(fmt::format("/ranks: rank {} appears twice", row.rank));
     seen[static_cast<std::size_t>(row.rank)] = true;
+  }
+  for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+    const RankRow& row = a.ranks[i];
     if (row.rank != h.ranks_present[i]) {
       r.fail(fmt::format("/ranks row {} is rank {} but 'ranks_present' says {}", i, row.rank, h.ranks_present[i]));
     }

@@ -1,0 +1,34 @@
+// `oomflight merge FILE... -o ARCHIVE`: rank-local files (from one dump, any subset of its ranks) become one
+// archive that report and the exporters read like any other.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "commands.hpp"
+#include "isolate.hpp"
+#include "oomflight/format/archive_merge.hpp"
+
+namespace oomflight::cli {
+
+Command add_merge(CLI::App& app) {
+  auto* sub = app.add_subcommand("merge", "Join rank-local files (or archives) of one dump into one archive");
+  auto inputs = std::make_shared<std::vector<std::string>>();
+  auto output = std::make_shared<std::string>();
+  sub->add_option("files", *inputs, "Rank-local files (.h5) of one dump")->required();
+  sub->add_option("-o,--output", *output, "The archive to write")->required();
+  return {sub, [inputs, output] {
+    return run_isolated(fmt::format("merge into {}", *output), [&] {
+      try {
+        const ArchiveHeader h = merge_archives(*inputs, *output);
+        fmt::print("{}: run {}, kind {}, ranks {} ({} of {}), origins {}\n", *output, h.run_name, h.kind,
+                   fmt::join(h.ranks_present, ","), h.ranks_present.size(), h.world_size,
+                   fmt::join(h.origin_ranks, ","));
+        return kExitOk;
+      } catch (const std::exception& e) {
+        print_error(e.what());
+        return kExitFailure;
+      }
+    });
+  }};
+}
+
+}  // namespace oomflight::cli
