@@ -266,6 +266,8 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   Writer w(partial, comm);
   w.create();
   if (!all_agree(w.file_open(), comm)) {
+    w.close();
+    if (index == 0) std::remove(partial.c_str());  // H5Fcreate may leave an empty file when the disk is full
     throw ArchiveError(fmt::format("cannot create archive '{}' (folder missing or not writable, or disk full?)", partial));
   }
   w.string_attribute("producer", header.producer);

@@ -1,0 +1,242 @@
+"""Faults during a real dump: 4 ranks under mpirun replay the full-step transformer trace, rank 2 runs out of
+memory, and something goes wrong while every rank writes its history:
+
+- a rank is stopped (SIGSTOP) as soon as its rank-local file is on disk, so it stalls the votes or the
+  collective write;
+- a rank is killed (SIGKILL) at the same moment;
+- the folder is a full disk (a 512 KiB tmpfs, filled).
+
+Each case asserts what the flight recorder promises: the job ends within 3 x OOMFLIGHT_DUMP_TIMEOUT plus mpirun's
+teardown; the origin's error text is printed, and before the job's own traceback; no file carries the archive's
+name unless it is a complete archive of every rank; and every rank that froze its history has it on disk, event
+for event the same as in a dump that went well (the files merge into one archive with `oomflight merge`).
+
+Usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR. Exits 0 when every case holds; a case that cannot run here (no
+mount for the tmpfs) is reported as skipped and exits 77 only when nothing else ran.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+
+import h5py
+
+CLI = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else ""
+TRACE = os.path.join(sys.argv[2], "transformer-lm-fullstep-ctx128.pickle") if len(sys.argv) > 2 else ""
+TIMEOUT_S = 3
+BOUND_S = 3 * TIMEOUT_S + 20  # the promise, plus mpirun's own teardown on this shared 2-core machine
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
+       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | None = None):
+    """Starts the demo's job: 4 ranks, rank 2 with 40 GiB runs out of memory."""
+    cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", f"OOMFLIGHT_DUMP_TIMEOUT={TIMEOUT_S}s"]
+    for k, v in (extra_env or {}).items():
+        cmd += ["-x", f"{k}={v}"]
+    if folder:
+        cmd += ["-x", f"OOMFLIGHT_FOLDER={folder}"]
+    cmd += [CLI, "run", "--run-name", run, "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
+            "--rank-device-memory", "2=40GiB", "--steps", "2"]
+    return subprocess.Popen(cmd, cwd=workdir, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+
+
+def finish(proc) -> tuple[str, float]:
+    start = time.monotonic()
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        out += "\n[killed by the test after 120 s]"
+    return out, time.monotonic() - start
+
+
+def rank_pid(rank: int) -> int | None:
+    """The replay process of `rank` (mpirun puts OMPI_COMM_WORLD_RANK in its environment)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"replay" not in cmdline:
+                continue
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def signal_when(path: Path, rank: int, sig: int, sent: dict) -> threading.Thread:
+    """Sends `sig` to `rank` as soon as `path` exists (a rank-local file exists only once complete)."""
+    def watch():
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not path.exists():
+            time.sleep(0.002)
+        pid = rank_pid(rank)
+        if pid:
+            os.kill(pid, sig)
+            sent["at"] = time.monotonic()
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def same_history(got: list[tuple], reference: list[tuple], rank: int) -> bool:
+    """The origin (rank 2) freezes at its own out-of-memory error: its history is exact. The others freeze when
+    the trigger reaches them, wherever their replay is: their histories are prefixes of one sequence, of a length
+    that depends on timing, so the shorter must be a prefix of the longer."""
+    if rank == 2:
+        return got == reference
+    n = min(len(got), len(reference))
+    return n > 0 and got[:n] == reference[:n]
+
+
+def events_by_rank(path: Path) -> dict[int, list[tuple]]:
+    """Every rank's events in a file (archive or rank-local), as (action, addr, size)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        assert int(f.attrs["complete"]) == 1, f"{path} is not marked complete"
+        events = f["events"][...]
+        for row in f["ranks"][...]:
+            start, count = int(row["event_offset"]), int(row["event_count"])
+            rows = events[start:start + count]
+            out[int(row["rank"])] = list(zip(rows["action"].tolist(), rows["addr"].tolist(), rows["size"].tolist()))
+    return out
+
+
+class DumpFaults(unittest.TestCase):
+    baseline: dict[int, list[tuple]] = {}
+
+    @classmethod
+    def setUpClass(cls):
+        if not (CLI and os.path.exists(TRACE)):
+            raise unittest.SkipTest(f"usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR (no trace at {TRACE!r})")
+        cls.work = Path(tempfile.mkdtemp(prefix="oomflight-faults-"))
+        # A dump that goes well: the reference every faulty dump's files are compared with, event for event.
+        out, _ = finish(job(cls.work, "baseline"))
+        archive = cls.work / "baseline/oomflight/oom.0.h5"
+        assert archive.exists(), out
+        cls.baseline = events_by_rank(archive)
+        assert sorted(cls.baseline) == [0, 1, 2, 3], cls.baseline.keys()
+        leftovers = sorted(p.name for p in (cls.work / "baseline/oomflight").iterdir())
+        assert leftovers == ["oom.0.h5"], f"the safety copies must go once the archive is verified: {leftovers}"
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def check_common(self, out: str, seconds: float, folder: Path):
+        self.assertLess(seconds, BOUND_S, f"the job outlived {BOUND_S} s:\n{out}")
+        # The root cause first: oomflight's line on the origin before the job's own error.
+        cause = out.find("oomflight[rank 2] error: rank 2 out of memory at batch 0")
+        self.assertGreaterEqual(cause, 0, out)
+        self.assertIn("CUDA out of memory. Tried to allocate 100.00 MiB", out[cause:cause + 400])
+        job_error = out.find("torch.OutOfMemoryError")
+        if job_error >= 0:
+            self.assertLess(cause, job_error, out)
+        # No file carries the archive's name unless it is a complete archive of every rank.
+        archive = folder / "oom.0.h5"
+        if archive.exists():
+            got = events_by_rank(archive)
+            self.assertEqual(sorted(got), [0, 1, 2, 3])
+            for rank, events in got.items():
+                self.assertTrue(same_history(events, self.baseline[rank], rank), f"rank {rank}")
+
+    def check_rank_files(self, folder: Path, ranks: list[int], out: str) -> list[Path]:
+        files = []
+        for rank in ranks:
+            path = folder / f"oom.0.rank{rank}.h5"
+            self.assertTrue(path.exists(), f"no rank-local file of rank {rank} in {folder}:\n{out}")
+            got = events_by_rank(path)
+            self.assertEqual(list(got), [rank])
+            self.assertTrue(same_history(got[rank], self.baseline[rank], rank),
+                            f"rank {rank}'s history is not the baseline's sequence ({len(got[rank])} events)")
+            files.append(path)
+        return files
+
+    def check_merge(self, files: list[Path], ranks: list[int]):
+        merged = files[0].parent.parent / "merged.h5"
+        r = subprocess.run([CLI, "merge", *map(str, files), "-o", str(merged)], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = events_by_rank(merged)
+        self.assertEqual(sorted(got), ranks)
+        for rank, path in zip(ranks, files):
+            self.assertEqual(got[rank], events_by_rank(path)[rank], f"rank {rank} changed in the merge")
+        with h5py.File(merged, "r") as f:
+            self.assertEqual(list(f.attrs["ranks_present"]), ranks)
+            self.assertEqual(list(f.attrs["origin_ranks"]), [2])
+            self.assertEqual(int(f.attrs["world_size"]), 4)
+        report = subprocess.run([CLI, "report", str(merged)], capture_output=True, text=True)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        self.assertIn(f"ranks present {','.join(map(str, ranks))}", report.stdout)
+
+    def signal_rank_1_mid_dump(self, run: str, sig: int) -> tuple[Path, str]:
+        """Runs the job and sends `sig` to rank 1 as soon as its rank-local file is on disk; checks the common
+        promises and returns the dump's folder and the job's output."""
+        folder = self.work / run / "oomflight"
+        sent = {}
+        proc = job(self.work, run)
+        signal_when(folder / "oom.0.rank1.h5", 1, sig, sent)
+        out, seconds = finish(proc)
+        os.system(f"pkill -CONT -f 'replay {TRACE}' 2>/dev/null")
+        self.assertIn("at", sent, f"rank 1 never got {signal.Signals(sig).name}:\n{out}")
+        self.check_common(out, seconds, folder)
+        return folder, out
+
+    def test_a_stalled_rank_neither_hangs_the_job_nor_loses_a_history(self):
+        folder, out = self.signal_rank_1_mid_dump("stall", signal.SIGSTOP)
+        self.assertFalse((folder / "oom.0.h5").exists(), f"an archive although rank 1 was stopped:\n{out}")
+        files = self.check_rank_files(folder, [0, 1, 2, 3], out)
+        self.check_merge(files, [0, 1, 2, 3])
+
+    def test_a_killed_rank_leaves_the_others_histories_and_the_origins_error(self):
+        folder, out = self.signal_rank_1_mid_dump("kill", signal.SIGKILL)
+        # mpirun tears the job down at once. Rank 1 was killed after its file was on disk; rank 2 is the origin,
+        # which wrote its own before rank 1 could even have heard the trigger. Ranks 0 and 3 wrote theirs if they
+        # were quicker than the teardown (usually): whatever is there must be whole.
+        present = sorted(int(p.name.split("rank")[1].split(".")[0]) for p in folder.glob("oom.0.rank*.h5"))
+        self.assertIn(1, present, out)
+        self.assertIn(2, present, out)
+        files = self.check_rank_files(folder, present, out)
+        self.check_merge(files, present)
+
+    def test_a_full_disk_leaves_every_history_in_the_fallback_folder(self):
+        mount = self.work / "full"
+        mount.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            self.skipTest(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        try:
+            (mount / "filler").write_bytes(b"\0" * (512 * 1024))  # fills it (the last block may be short)
+        except OSError:
+            pass
+        tmp = self.work / "tmp"
+        tmp.mkdir()
+        try:
+            proc = job(self.work, "full", extra_env={"TMPDIR": str(tmp)}, folder=str(mount))
+            out, seconds = finish(proc)
+            self.check_common(out, seconds, mount)
+            self.assertFalse((mount / "oom.0.h5").exists())
+            self.assertEqual(sorted(p.name for p in mount.iterdir()), ["filler"], "a partial file was left behind")
+            fallback = tmp / "oomflight-full"
+            for rank in range(4):
+                self.assertIn(f"{fallback}/oom.0.rank{rank}.h5", out, "the log must say where each history is")
+            files = self.check_rank_files(fallback, [0, 1, 2, 3], out)
+            self.check_merge(files, [0, 1, 2, 3])
+        finally:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
