@@ -214,6 +214,16 @@ TEST_F(CApi, ExplicitSettingsOverrideTheEnvironmentAndAreCheckedAlike) {
   EXPECT_NE(last_error().find("setting 0"), std::string::npos) << last_error();
 }
 
+TEST_F(CApi, AFilenameWithSubfoldersCreatesThem) {
+  const char* names[] = {"OOMFLIGHT_FILENAME"};
+  const char* values[] = {"by-batch/{batch}/{kind}.h5"};
+  ASSERT_EQ(oomflight_init_settings(names, values, 1), OOMFLIGHT_OK) << last_error();
+  ASSERT_EQ(oomflight_mark_batch(4), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_trigger_oom(0, "CUDA out of memory", 1 << 20, 0), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(std::string(oomflight_last_dump_path()), path("by-batch/4/oom.h5"));
+  EXPECT_EQ(read_archive(oomflight_last_dump_path()).events.size(), 2u);  // the step mark and the oom event
+}
+
 TEST_F(CApi, TheFirstHeadersTriggerDumpStillWorksOnDeviceZero) {
   ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
 #pragma GCC diagnostic push

@@ -59,11 +59,25 @@ TEST(Config, ErrorsNameTheVariableAndTheValue) {
       {"OOMFLIGHT_FILENAME", "oom.{rank}.h5"},  // the archive is shared: no per-rank name
       {"OOMFLIGHT_RANK_FILENAME", "oom.h5"},    // a rank-local name must contain {rank}
       {"OOMFLIGHT_LOG_LEVEL", "loud"},      {"OOMFLIGHT_RUN_NAME", "a/b"},
+      {"OOMFLIGHT_DUMP_TIMEOUT", "1000000h"},  // used to overflow into "did not finish within 10800000000 s"
+      {"OOMFLIGHT_POLL_INTERVAL", "2min"},     {"OOMFLIGHT_FILENAME", "archives/"},
+      {"OOMFLIGHT_MAX_ENTRIES", "1073741824"},  // 128 GiB of ring: refused with the figure, not a bad_alloc
   };
   for (const auto& [name, value] : bad) {
     const std::string message = error_of({{name, value}});
     EXPECT_NE(message.find(name + "='" + value + "'"), std::string::npos) << name << ": " << message;
   }
+}
+
+TEST(Config, SettingsThatDefeatTheDumpTogetherAreRefused) {
+  // Each value alone is fine; together the other ranks would notice the trigger after the deadline.
+  const std::string message = error_of({{"OOMFLIGHT_POLL_INTERVAL", "10s"}, {"OOMFLIGHT_DUMP_TIMEOUT", "3s"}});
+  EXPECT_NE(message.find("OOMFLIGHT_POLL_INTERVAL=10.000 s is longer than a quarter of OOMFLIGHT_DUMP_TIMEOUT=3.000 s"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(error_of({{"OOMFLIGHT_POLL_INTERVAL", "500ms"}, {"OOMFLIGHT_DUMP_TIMEOUT", "2s"}}), "");
+  EXPECT_NE(error_of({{"OOMFLIGHT_MAX_ENTRIES", "1073741824"}}).find("more than half of this machine's"),
+            std::string::npos);
 }
 
 TEST(Config, UnknownVariableIsAnError) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "oomflight/base/units.hpp"
 
@@ -30,15 +31,38 @@ bool parse_bool(std::string_view text) {
   throw std::invalid_argument("not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
-std::chrono::milliseconds parse_positive_duration(std::string_view text) {
+// Durations are bounded above as well: a deadline of a million hours overflowed into "did not finish within
+// 10800000000 s" at once and wrote nothing; no dump needs more than an hour to agree.
+std::chrono::milliseconds parse_positive_duration(std::string_view text, std::chrono::milliseconds max) {
   const auto d = parse_duration(text);
   if (d.count() <= 0) throw std::invalid_argument("must be longer than 0 ms");
+  if (d > max) {
+    throw std::invalid_argument(fmt::format("must be at most {}", format_seconds(static_cast<double>(max.count()) / 1e3)));
+  }
   return d;
+}
+
+// The ring's memory for `entries` (Ring's slot array: 64 bytes a slot, the next power of two above entries plus
+// the writers' room), against half of this machine's memory: refused at start-up with the figure, never a
+// std::bad_alloc later.
+std::size_t parse_max_entries(std::string_view text) {
+  const std::size_t n = parse_positive(text, std::size_t{1} << 30);
+  std::uint64_t slots = 1;
+  while (slots < n + 64 * 64) slots <<= 1;
+  const std::uint64_t bytes = slots * 64;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const std::uint64_t memory = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  if (memory > 0 && bytes > memory / 2) {
+    throw std::invalid_argument(fmt::format("the history would take {} (64 bytes a slot), more than half of this "
+                                            "machine's {}", format_bytes(bytes), format_bytes(memory)));
+  }
+  return n;
 }
 
 FilenameTemplate parse_file_template(std::string_view text, bool per_rank) {
   FilenameTemplate t(text);
   if (t.text().empty()) throw std::invalid_argument("must not be empty");
+  if (t.text().back() == '/') throw std::invalid_argument("names a folder, not a file");
   // The archive is one file for all ranks: a per-rank placeholder would give each rank another name.
   if (!per_rank) {
     for (auto f : {FilenameTemplate::Field::rank, FilenameTemplate::Field::local_rank, FilenameTemplate::Field::pid,
@@ -66,7 +90,7 @@ std::vector<OptionSpec> make_table() {
        }},
       {"OOMFLIGHT_MAX_ENTRIES", "integer", "100000",
        "Events kept per rank (the ring's bound). Older events are overwritten and counted.",
-       [](Config& c, std::string_view v) { c.max_entries = parse_positive(v, std::size_t{1} << 30); }},
+       [](Config& c, std::string_view v) { c.max_entries = parse_max_entries(v); }},
       {"OOMFLIGHT_FOLDER", "template", "{run_name}/oomflight",
        "Folder for archives and rank-local files, relative to the working directory.",
        [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},
@@ -85,10 +109,10 @@ std::vector<OptionSpec> make_table() {
       {"OOMFLIGHT_DUMP_TIMEOUT", "duration", "30s",
        "Deadline for all ranks to agree on a dump; after it each rank's rank-local file is the result. No process "
        "waits more than 3 x this for a dump, even when a rank stalls inside the collective write.",
-       [](Config& c, std::string_view v) { c.dump_timeout = parse_positive_duration(v); }},
+       [](Config& c, std::string_view v) { c.dump_timeout = parse_positive_duration(v, std::chrono::hours(1)); }},
       {"OOMFLIGHT_POLL_INTERVAL", "duration", "10ms",
        "How long the watcher thread sleeps between polls for a trigger (MPI_Test).",
-       [](Config& c, std::string_view v) { c.poll_interval = parse_positive_duration(v); }},
+       [](Config& c, std::string_view v) { c.poll_interval = parse_positive_duration(v, std::chrono::minutes(1)); }},
       {"OOMFLIGHT_OVERWRITE", "bool", "0",
        "Replace an existing file. 0: keep it and write the new one as NAME-1.h5, NAME-2.h5, ...",
        [](Config& c, std::string_view v) { c.overwrite = parse_bool(v); }},
@@ -124,6 +148,19 @@ void apply_checked(const OptionSpec& spec, Config& config, std::string_view valu
   }
 }
 
+// Settings that each parse but defeat the dump together.
+void check_together(const Config& c) {
+  // A rank notices a trigger only at its next poll: with polls as long as the deadline, every other rank would
+  // arrive after it and only the origin's history would be kept.
+  if (c.poll_interval * 4 > c.dump_timeout) {
+    throw ConfigError(fmt::format(
+        "OOMFLIGHT_POLL_INTERVAL={} is longer than a quarter of OOMFLIGHT_DUMP_TIMEOUT={}: the other ranks would "
+        "notice a trigger after the dump's deadline. Shorten the interval or lengthen the timeout",
+        format_seconds(static_cast<double>(c.poll_interval.count()) / 1e3),
+        format_seconds(static_cast<double>(c.dump_timeout.count()) / 1e3)));
+  }
+}
+
 }  // namespace
 
 const std::vector<OptionSpec>& option_table() {
@@ -152,6 +189,7 @@ Config Config::from_environment(const std::function<std::optional<std::string>(s
   for (const auto& spec : option_table()) {
     if (auto value = get(spec.env)) apply_checked(spec, c, *value);
   }
+  check_together(c);
   return c;
 }
 

@@ -64,11 +64,12 @@ TemplateValues DumpExecutor::template_values(DumpKind kind, std::int64_t batch) 
 std::string DumpExecutor::prepare_path(const FilenameTemplate& folder_template, const FilenameTemplate& name,
                                        const TemplateValues& values) const {
   namespace fs = std::filesystem;
-  const fs::path folder = folder_template.render(values);
+  // The name may hold subfolders too (OOMFLIGHT_FILENAME=by-batch/{batch}/oom.h5): create the whole parent.
+  fs::path path = fs::absolute(fs::path(folder_template.render(values)) / name.render(values));
+  const fs::path folder = path.parent_path();
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) throw std::runtime_error(fmt::format("cannot create folder '{}': {}", folder.string(), ec.message()));
-  fs::path path = fs::absolute(folder / name.render(values));
   if (config_.overwrite || !fs::exists(path)) return path.string();
   const std::string stem = path.stem().string(), ext = path.extension().string();
   for (int i = 1;; ++i) {
