@@ -99,7 +99,14 @@ TEST(Pickle, RefusesEveryCodeLoadingOpcodeByName) {
 TEST(Pickle, RefusesUnknownOpcodesAndProtocols) {
   EXPECT_NE(error_of(bytes({0x80, 4, 0xf0, '.'})).find("unsupported pickle opcode 0xf0"), std::string::npos);
   EXPECT_NE(error_of(bytes({0x80, 9, '.'})).find("protocol 9"), std::string::npos);
-  EXPECT_NE(error_of(bytes({'I', '1', '\n', '.'})).find("0x49"), std::string::npos);  // protocol 0 text
+  EXPECT_NE(error_of(bytes({'I', '1', '\n', '.'})).find("a protocol 0 or 1 pickle"), std::string::npos);
+}
+
+TEST(Pickle, NamesTheFormatsPeopleMistakeForSnapshots) {
+  EXPECT_NE(error_of(std::string("PK\x03\x04rest of a torch.save zip", 30)).find("torch.save's format"),
+            std::string::npos);
+  EXPECT_NE(error_of(bytes({0x1f, 0x8b, 8, 0, 0, 0})).find("a gzip file"), std::string::npos);
+  EXPECT_NE(error_of(bytes({'(', 'l', 'p', '0', '\n', '.'})).find("protocol 0 or 1"), std::string::npos);
 }
 
 TEST(Pickle, TruncatedSnapshotsFailCleanly) {

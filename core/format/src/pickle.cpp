@@ -55,7 +55,23 @@ class Parser {
  public:
   Parser(Document& doc, const Limits& limits) : doc_(doc), limits_(limits), data_(*doc.bytes_) {}
 
+  // What the file is when it is not a pickle we read, by its first bytes: the most common wrong inputs get a
+  // message that says what they are and what to do, not "unsupported opcode".
+  void check_format() const {
+    const auto starts = [&](std::string_view magic) { return data_.substr(0, magic.size()) == magic; };
+    if (starts("PK\x03\x04")) {
+      fail("a zip archive (torch.save's format), not a pickle: write the snapshot with "
+           "torch.cuda.memory._dump_snapshot(path) or pickle.dump(torch.cuda.memory._snapshot(), f)");
+    }
+    if (starts("\x1f\x8b")) fail("a gzip file, not a pickle: decompress it first (gunzip)");
+    if (!data_.empty() && static_cast<std::uint8_t>(data_[0]) != 0x80) {
+      fail("a protocol 0 or 1 pickle (it does not start with PROTO); oomflight reads protocols 2 to 5, as "
+           "torch.cuda.memory._dump_snapshot writes them: re-save it with pickle.dump(obj, f, protocol=4)");
+    }
+  }
+
   void run() {
+    check_format();
     for (;;) {
       if (pos_ >= data_.size()) fail("the pickle ends without STOP (truncated file?)");
       op_at_ = pos_;
