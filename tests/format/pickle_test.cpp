@@ -23,9 +23,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string error_of(const std::string& data) {
+std::string error_of(const std::string& data, const Limits& limits = {}) {
   try {
-    Document::parse(data);
+    Document::parse(data, limits);
   } catch (const PickleError& e) {
     return e.what();
   }
@@ -144,6 +144,75 @@ TEST(Pickle, StackMisuseIsAnError) {
   EXPECT_NE(error_of(bytes({0x80, 4, 'N', 'N', 'a', '.'})).find("APPEND on a value that is not a list"),
             std::string::npos);
   EXPECT_NE(error_of("").find("ends without STOP"), std::string::npos);
+}
+
+// l = []; l.append(l), and its SETITEM, APPENDS and ADDITEMS forms.
+TEST(Pickle, ContainerAddedToItselfIsRefused) {
+  for (const std::string& p : {bytes({0x80, 4, ']', 0x94, 'h', 0, 'a', '.'}),
+                               bytes({0x80, 4, '}', 0x94, 'K', 1, 'h', 0, 's', '.'}),
+                               bytes({0x80, 4, ']', 0x94, '(', 'K', 1, 'h', 0, 'e', '.'}),
+                               bytes({0x80, 4, 0x8f, 0x94, '(', 'h', 0, 0x90, '.'}), bytes({0x80, 4, ']', '2', 'a', '.'})}) {
+    EXPECT_NE(error_of(p).find("a container added to itself"), std::string::npos) << error_of(p);
+  }
+}
+
+// l = [m], m = [l], built as Python's pickler would: m is filled first, then placed in l.
+TEST(Pickle, ContainerAddedToItsAncestorIsRefused) {
+  EXPECT_NE(error_of(bytes({0x80, 4, ']', 0x94, ']', 0x94, 'h', 0, 'a', 'a', '.'})).find("ancestors (a cycle)"),
+            std::string::npos);
+  // Three levels: a = [b], b = [c], c = [a].
+  const std::string three = bytes({0x80, 4, ']', 0x94, ']', 0x94, ']', 0x94, 'h', 0, 'a', 'a', 'a', '.'});
+  EXPECT_NE(error_of(three).find("ancestors (a cycle)"), std::string::npos) << error_of(three);
+  // Shared but acyclic: [x, x] with x = [1] reads, and both slots are one value.
+  const Document doc = Document::parse(bytes({0x80, 4, ']', '(', ']', 0x94, 'K', 1, 'a', 'h', 0, 'e', '.'}));
+  ASSERT_EQ(doc.root().size(), 2u);
+  EXPECT_EQ(doc.root().items[0], doc.root().items[1]);
+  EXPECT_EQ(doc.root().depth, 2);
+}
+
+// a = [b]; then b grows: not a cycle, but no pickler writes it, and it would make depths stale.
+TEST(Pickle, ContainerGrowingDeeperAfterPlacementIsRefused) {
+  const std::string p = bytes({0x80, 4, ']', ']', 0x94, 'a', 'h', 0, ']', 'a', '0', '.'});
+  EXPECT_NE(error_of(p).find("grows deeper after it was placed"), std::string::npos) << error_of(p);
+}
+
+TEST(Pickle, ValueAndMemoryLimitsAreNamed) {
+  std::string p = bytes({0x80, 4, ']', '('});
+  for (int i = 0; i < 100; ++i) p += ']';
+  p += bytes({'e', '.'});
+  ASSERT_EQ(Document::parse(p).value_count(), 101u);
+  Limits few;
+  few.max_values = 50;
+  EXPECT_NE(error_of(p, few).find("more than 50 values (Limits::max_values) at offset 53"), std::string::npos)
+      << error_of(p, few);
+  Limits small;
+  small.max_memory_bytes = 4096;
+  EXPECT_NE(error_of(p, small).find("more than 4096 bytes of memory (Limits::max_memory_bytes)"),
+            std::string::npos)
+      << error_of(p, small);
+  // The memo is charged too: a LONG_BINPUT at index 4096 takes 32 KiB, more than this limit leaves.
+  std::string memo = bytes({0x80, 4, 'N', 'r', 0x00, 0x10, 0x00, 0x00});
+  memo += std::string(5000, 'N') + std::string(5000, '0') + ".";
+  ASSERT_NO_THROW(Document::parse(memo));
+  Limits tight;
+  tight.max_memory_bytes = 30000;
+  // Charged at the LONG_BINPUT, offset 3, before the memo grows.
+  EXPECT_NE(error_of(memo, tight).find("(Limits::max_memory_bytes); a PyTorch snapshot needs about 7 times its "
+                                       "file size at offset 3"),
+            std::string::npos)
+      << error_of(memo, tight);
+}
+
+TEST(Pickle, RealSnapshotsFitTheDefaultLimitsWithRoom) {
+  const std::string full = read_file(test::snapshot_path("transformer-lm-fullstep-ctx128.pickle"));
+  const Document doc = Document::parse(full);
+  // About one value per 25 bytes of pickle, and a few times the file in memory: the defaults leave a factor
+  // of hundreds.
+  std::printf("%zu bytes: %zu values, %zu bytes decoded\n", full.size(), doc.value_count(), doc.memory_bytes());
+  EXPECT_GT(doc.value_count(), full.size() / 40);
+  EXPECT_LT(doc.value_count() * 100, Limits{}.max_values);
+  EXPECT_GT(doc.memory_bytes(), full.size());
+  EXPECT_LT(doc.memory_bytes() * 100, Limits{}.max_memory_bytes);
 }
 
 TEST(Pickle, MissingFileNamesThePath) {

@@ -75,10 +75,36 @@ TEST(TorchSnapshot, NotASnapshotNamesTheField) {
   const auto doc = pickle::Document::parse(p);
   StackTable stacks;
   try {
-    decode_torch_snapshot(doc.root(), stacks);
+    decode_torch_snapshot(doc, stacks);
     FAIL();
   } catch (const SnapshotError& e) {
     EXPECT_NE(std::string(e.what()).find("'device_traces' is missing"), std::string::npos) << e.what();
+  }
+}
+
+// {"segments": [], "device_traces": [T] * 1000} with T = [E] * 1000 and E one entry dict: 13 values and 4 KB
+// that a naive decoder turns into a million trace entries.
+TEST(TorchSnapshot, EntriesSharedThroughTheMemoAreRefusedBeforeTheyMultiply) {
+  static constexpr char head[] = "\x80\x04}\x94(\x8c\x08segments]\x8c\x0d" "device_traces]\x94(]\x94(}\x94(";
+  static constexpr char entry[] = "\x8c\x06" "action\x8c\x05" "alloc\x8c\x04" "addrK\x01\x8c\x04sizeK\x02u";
+  std::string p(head, sizeof head - 1);
+  p += std::string(entry, sizeof entry - 1);
+  for (int i = 0; i < 999; ++i) p += std::string("h\x03", 2);
+  p += 'e';
+  for (int i = 0; i < 999; ++i) p += std::string("h\x02", 2);
+  p += "eu.";
+  const auto doc = pickle::Document::parse(p);
+  ASSERT_EQ(doc.value_count(), 13u);
+  ASSERT_EQ(doc.root().get("device_traces")->size(), 1000u);
+  StackTable stacks;
+  try {
+    decode_torch_snapshot(doc, stacks);
+    FAIL();
+  } catch (const SnapshotError& e) {
+    EXPECT_NE(std::string(e.what()).find("device_traces[0]: decodes to more segments, blocks and trace entries than "
+                                         "the pickle holds values (13)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 namespace oomflight::pickle {
 
@@ -53,7 +54,11 @@ const char* code_opcode_name(std::uint8_t op) {
 
 class Parser {
  public:
-  Parser(Document& doc, const Limits& limits) : doc_(doc), limits_(limits), data_(*doc.bytes_) {}
+  Parser(Document& doc, const Limits& limits)
+      : doc_(doc), limits_(limits), max_depth_(std::min<std::size_t>(limits.max_depth, 65535)),
+        data_(*doc.bytes_) {
+    account(data_.size());
+  }
 
   // What the file is when it is not a pickle we read, by its first bytes: the most common wrong inputs get a
   // message that says what they are and what to do, not "unsupported opcode".
@@ -79,6 +84,7 @@ class Parser {
       if (op == '.') {  // STOP
         if (stack_.size() != 1) fail(fmt::format("STOP with {} values on the stack (expected 1)", stack_.size()));
         doc_.root_ = stack_.back();
+        doc_.memory_bytes_ = memory_;
         return;
       }
       step(op);
@@ -107,13 +113,36 @@ class Parser {
     return v;
   }
 
+  // Charges `n` bytes against Limits::max_memory_bytes before they are taken.
+  void account(std::size_t n) {
+    memory_ += n;
+    if (memory_ > limits_.max_memory_bytes) {
+      fail(fmt::format("decoding this pickle needs more than {} bytes of memory (Limits::max_memory_bytes); a "
+                       "PyTorch snapshot needs about 7 times its file size",
+                       limits_.max_memory_bytes));
+    }
+  }
+
+  // Charges the growth of a vector's buffer, before the push that would grow it.
+  template <typename T>
+  void grow(const std::vector<T>& v) {
+    if (v.size() == v.capacity()) account(sizeof(T) * std::max<std::size_t>(v.capacity(), 1));
+  }
+
   Value* make(Kind kind) {
+    if (doc_.arena_.size() >= limits_.max_values) {
+      fail(fmt::format("the pickle holds more than {} values (Limits::max_values)", limits_.max_values));
+    }
+    account(sizeof(Value));
     Value& v = doc_.arena_.emplace_back();
     v.kind = kind;
     return &v;
   }
 
-  void push(Value* v) { stack_.push_back(v); }
+  void push(Value* v) {
+    grow(stack_);
+    stack_.push_back(v);
+  }
 
   Value* pop() {
     if (stack_.size() <= floor()) fail("stack underflow");
@@ -139,11 +168,40 @@ class Parser {
     return out;
   }
 
+  // Places `child` in `parent`. Invariant: every value's depth is exact. It holds because a container only
+  // grows deeper while it is in no container (its depth has no one to propagate to); a placed container that
+  // would grow deeper is refused. That makes the cycle check O(1): if `child` reaches `parent`, then child is
+  // deeper than parent, so parent would grow deeper; parent must then be placed (else nothing reaches it), and
+  // the refusal catches it. Only on that error path do we walk the graph, to say which of the two it was.
   void adopt(Value* parent, Value* child) {
+    if (child == parent) fail("a container added to itself (a cycle: l = []; l.append(l))");
     const auto d = static_cast<std::size_t>(child->depth) + 1;
-    if (d > limits_.max_depth) fail(fmt::format("nesting deeper than {} levels", limits_.max_depth));
-    if (d > parent->depth) parent->depth = static_cast<std::uint16_t>(d);
+    if (d > max_depth_) fail(fmt::format("nesting deeper than {} levels", max_depth_));
+    if (d > parent->depth) {
+      if (parent->placed) {
+        if (reaches(child, parent)) fail("a container added to one of its own ancestors (a cycle)");
+        fail("a container that grows deeper after it was placed in another container (no pickler writes this)");
+      }
+      parent->depth = static_cast<std::uint16_t>(d);
+    }
+    grow(parent->items);
     parent->items.push_back(child);
+    child->placed = true;
+  }
+
+  // Whether `target` is reachable from `from` (error path only; bounded by the values already made).
+  static bool reaches(const Value* from, const Value* target) {
+    std::unordered_set<const Value*> seen{from};
+    std::vector<const Value*> todo{from};
+    while (!todo.empty()) {
+      const Value* v = todo.back();
+      todo.pop_back();
+      for (const Value* c : v->items) {
+        if (c == target) return true;
+        if (seen.insert(c).second) todo.push_back(c);
+      }
+    }
+    return false;
   }
 
   Value* container(Kind kind, const std::vector<Value*>& children) {
@@ -195,7 +253,10 @@ class Parser {
   void memo_put(std::uint64_t index) {
     // A memo index can never exceed the number of opcodes, so bound it by the file size.
     if (index > data_.size()) fail(fmt::format("memo index {} is out of range", index));
-    if (index >= memo_.size()) memo_.resize(index + 1, nullptr);
+    if (index >= memo_.size()) {
+      account(sizeof(Value*) * (index + 1 - memo_.size()));
+      memo_.resize(index + 1, nullptr);
+    }
     memo_[index] = top();
   }
 
@@ -212,7 +273,7 @@ class Parser {
         break;
       }
       case 0x95: read_le(8); break;  // FRAME: a hint for buffered readers; we hold the whole file
-      case '(': marks_.push_back(stack_.size()); break;                         // MARK
+      case '(': grow(marks_); marks_.push_back(stack_.size()); break;           // MARK
       case '0': pop(); break;                                                   // POP
       case '1': pop_mark(); break;                                              // POP_MARK
       case '2': push(top()); break;                                             // DUP
@@ -299,6 +360,8 @@ class Parser {
 
   Document& doc_;
   const Limits& limits_;
+  std::size_t max_depth_;
+  std::size_t memory_ = 0;
   std::string_view data_;
   std::size_t pos_ = 0;
   std::size_t op_at_ = 0;

@@ -12,7 +12,19 @@ using pickle::Value;
 
 class Decoder {
  public:
-  explicit Decoder(StackTable& stacks) : stacks_(stacks) {}
+  Decoder(StackTable& stacks, std::size_t max_elements)
+      : stacks_(stacks), max_elements_(max_elements), left_(max_elements) {}
+
+  // Charges `n` decoded elements (segments, blocks, trace entries) before they are decoded.
+  void charge(std::size_t n, const std::string& where) {
+    if (n > left_) {
+      fail(where, fmt::format("decodes to more segments, blocks and trace entries than the pickle holds values "
+                              "({}): its lists share entries through the pickle memo, which PyTorch never "
+                              "writes; refused before it multiplies (a decompression bomb)",
+                              max_elements_));
+    }
+    left_ -= n;
+  }
 
   [[noreturn]] static void fail(const std::string& where, const std::string& what) {
     throw SnapshotError(fmt::format("{}: {}", where, what));
@@ -91,6 +103,7 @@ class Decoder {
     if (const Value* t = v.get("segment_type"); t && t->kind == Kind::string) s.segment_type = std::string(t->text);
     if (const Value* e = v.get("is_expandable"); e && e->kind == Kind::boolean) s.is_expandable = e->boolean;
     const Value& blocks = list(field(v, "blocks", where), where + ".blocks");
+    charge(blocks.items.size(), where + ".blocks");
     std::uint64_t next = s.address;  // older snapshots give no block address: blocks tile the segment in order
     for (std::size_t i = 0; i < blocks.items.size(); ++i) {
       const std::string bw = fmt::format("{}.blocks[{}]", where, i);
@@ -109,7 +122,8 @@ class Decoder {
 
   std::vector<TraceEntry> trace(const Value& v, const std::string& where, TorchSnapshot& out) {
     std::vector<TraceEntry> entries;
-    entries.reserve(list(v, where).items.size());
+    charge(list(v, where).items.size(), where);
+    entries.reserve(v.items.size());
     for (std::size_t i = 0; i < v.items.size(); ++i) {
       const std::string ew = fmt::format("{}[{}]", where, i);
       const Value& e = dict(*v.items[i], ew);
@@ -135,17 +149,21 @@ class Decoder {
 
  private:
   StackTable& stacks_;
+  std::size_t max_elements_;
+  std::size_t left_;
   std::unordered_map<const Value*, std::int32_t> by_object_;
   std::vector<FrameRef> refs_;
 };
 
 }  // namespace
 
-TorchSnapshot decode_torch_snapshot(const pickle::Value& root, StackTable& stacks) {
-  Decoder d(stacks);
+TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& stacks) {
+  const Value& root = doc.root();
+  Decoder d(stacks, doc.value_count());
   Decoder::dict(root, "snapshot");
   TorchSnapshot out;
   const Value& segments = Decoder::list(Decoder::field(root, "segments", "snapshot"), "segments");
+  d.charge(segments.items.size(), "segments");
   for (std::size_t i = 0; i < segments.items.size(); ++i) {
     out.segments.push_back(d.segment(*segments.items[i], fmt::format("segments[{}]", i)));
   }
@@ -160,7 +178,7 @@ TorchSnapshot decode_torch_snapshot(const pickle::Value& root, StackTable& stack
 TorchSnapshot read_torch_snapshot(const std::string& path, StackTable& stacks) {
   const auto doc = pickle::read_pickle_file(path);
   try {
-    return decode_torch_snapshot(doc.root(), stacks);
+    return decode_torch_snapshot(doc, stacks);
   } catch (const SnapshotError& e) {
     throw SnapshotError(fmt::format("{}: not a PyTorch memory snapshot: {}", path, e.what()));
   }

@@ -64,9 +64,12 @@ struct TorchSnapshot {
   std::size_t skipped_unknown_actions = 0;  ///< trace entries with an action this version does not know
 };
 
-/// Decodes a snapshot from its pickle root. Frames become interned stacks in `stacks` (innermost first).
-/// Throws SnapshotError naming the missing or mistyped field.
-OOMFLIGHT_API TorchSnapshot decode_torch_snapshot(const pickle::Value& root, StackTable& stacks);
+/// Decodes a snapshot from a parsed pickle. Frames become interned stacks in `stacks` (innermost first).
+/// Throws SnapshotError naming the missing or mistyped field, or when the segments, blocks and trace entries
+/// decoded would outnumber the values in the pickle (`doc.value_count()`): PyTorch writes every entry as its
+/// own dict, so only a pickle that shares entries through the memo gets there, and such a pickle can make
+/// 8 KB decode to millions of entries. Memory is therefore bounded by the Document's own (pickle::Limits).
+OOMFLIGHT_API TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& stacks);
 
 /// Reads and decodes a snapshot file. Throws std::runtime_error (unreadable file), pickle::PickleError (refused
 /// pickle) or SnapshotError, each message starting with the path.
