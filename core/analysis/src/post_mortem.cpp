@@ -7,8 +7,10 @@
 namespace oomflight {
 namespace {
 
+// Wrapping arithmetic: a damaged archive's anchors can be anything, and signed overflow would be undefined.
 std::int64_t to_utc(const RankRow& row, std::int64_t t_ns) {
-  return t_ns - row.anchor_monotonic_ns + row.anchor_realtime_ns;
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(row.anchor_monotonic_ns) +
+                                   static_cast<std::uint64_t>(row.anchor_realtime_ns));
 }
 
 RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::size_t top) {

@@ -82,7 +82,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     for (std::size_t i = 0; i < s.largest.size(); ++i) {
       const auto& l = s.largest[i];
       line(fmt::format("  {:>2}. {:>11} at 0x{:x}, batch {}, {:.3f} s before the freeze", i + 1, format_bytes(l.size),
-                       l.addr, l.batch, static_cast<double>(s.row.freeze_t_ns - l.t_ns) / 1e9));
+                       l.addr, l.batch, (static_cast<double>(s.row.freeze_t_ns) - static_cast<double>(l.t_ns)) / 1e9));
       for (const auto* f : frames_to_show(a, l.stack_id, frames)) {
         line(fmt::format("        {} ({}:{})", a.string(f->function), a.string(f->file), f->line));
       }

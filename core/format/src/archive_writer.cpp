@@ -123,7 +123,9 @@ class Writer {
     const hsize_t n = values.size();
     auto s = h5::space(H5Screate_simple(1, &n, nullptr));
     auto a = h5::attr(H5Acreate2(file_, name, H5T_STD_I32LE, s, H5P_DEFAULT, H5P_DEFAULT));
-    check(a.valid() && H5Awrite(a, H5T_NATIVE_INT32, values.data()) >= 0, name);
+    // An empty list (a dump with no origin, such as a scheduled snapshot) is an attribute of zero elements:
+    // nothing to write, and H5Awrite refuses a null buffer.
+    check(a.valid() && (values.empty() || H5Awrite(a, H5T_NATIVE_INT32, values.data()) >= 0), name);
   }
 
   // Creates dataset `name` with `total` rows and writes this rank's `count` rows at `offset`.

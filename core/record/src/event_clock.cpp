@@ -13,7 +13,7 @@ __extension__ using Int128 = __int128;  // GCC and Clang: (ticks * ns) needs mor
 bool EventClock::invariant_tsc() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000007u) return false;
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000007u) return false;  // int in clang
   if (__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) == 0) return false;
   return (edx & (1u << 8)) != 0;
 #else

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Writes the fuzz targets' seed corpus (fuzz/corpus/), checked in so that CI runs the same inputs every time.
+
+Usage: fuzz/make_corpus.py   (Debian's python3: it needs h5py and numpy)
+
+pickle/: a small snapshot as PyTorch writes it (protocol 4, the memo sharing frames), and the hostile cases the
+reader must refuse: cycles, a memo bomb, code-loading opcodes, a torch.save zip, gzip, protocol 0, truncations.
+archive/: the checked-in v1 fixture (tests/data/v1) in archive_fuzz.cpp's input layout, and the crafted cases of
+tests/format/hostile_archives.py (offsets that wrap, ranks outside the world, duplicate ranks, no rows, ...).
+"""
+import gzip
+import os
+import pickle
+import struct
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "..", "tests", "data", "v1", "oom-4ranks-2origins.h5")
+DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data"]
+
+
+def write(kind, name, data):
+    path = os.path.join(HERE, "corpus", kind, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def small_snapshot():
+    frames = [{"filename": "train.py", "line": 12, "name": "forward"}, {"filename": "torch/nn.py", "line": 3,
+                                                                        "name": "linear"}]
+    trace = []
+    for i in range(6):
+        trace.append({"action": "alloc", "addr": 0x7f0000000000 + 512 * i, "size": 512, "stream": 0,
+                      "time_us": 1000 + i, "frames": frames})
+    trace.append({"action": "free_requested", "addr": 0x7f0000000000, "size": 512, "stream": 0, "frames": frames})
+    trace.append({"action": "free_completed", "addr": 0x7f0000000000, "size": 512, "stream": 0, "frames": frames})
+    trace.append({"action": "oom", "addr": 0, "size": 1 << 30, "stream": 0, "frames": []})
+    segment = {"device": 0, "address": 0x7f0000000000, "total_size": 2 << 20, "allocated_size": 2560,
+               "active_size": 2560, "stream": 0, "segment_type": "large", "is_expandable": False,
+               "blocks": [{"address": 0x7f0000000000 + 512, "size": 2560, "requested_size": 2560,
+                           "state": "active_allocated", "frames": frames}]}
+    return {"segments": [segment], "device_traces": [trace], "allocator_settings": {}}
+
+
+def pickles():
+    good = pickle.dumps(small_snapshot(), protocol=4)
+    write("pickle", "snapshot-protocol4", good)
+    write("pickle", "snapshot-protocol2", pickle.dumps(small_snapshot(), protocol=2))
+    write("pickle", "snapshot-truncated", good[: len(good) // 2])
+    loop = []
+    loop.append(loop)
+    write("pickle", "cycle-self", pickle.dumps(loop, protocol=4))
+    a, b = [], []
+    a.append(b)
+    b.append(a)
+    write("pickle", "cycle-ancestor", pickle.dumps(a, protocol=4))
+    d = {}
+    d["self"] = d
+    write("pickle", "cycle-dict", pickle.dumps(d, protocol=4))
+    entry = {"action": "alloc", "addr": 1, "size": 2, "frames": []}
+    write("pickle", "memo-bomb", pickle.dumps({"segments": [], "device_traces": [[entry] * 500] * 500}, protocol=4))
+    write("pickle", "code-global", b"\x80\x02cposix\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03.")
+    write("pickle", "torch-save-zip", b"PK\x03\x04" + bytes(26))
+    write("pickle", "gzip", gzip.compress(good))
+    write("pickle", "protocol0", pickle.dumps([1, "a"], protocol=0))
+    write("pickle", "deep", b"\x80\x04" + b"]" * 3000 + b"a" * 2999 + b".")
+
+
+def encode(attrs, rows, flags=1):
+    out = bytearray([flags])
+    out += struct.pack("<ii", attrs["schema_version"], attrs["world_size"])
+    for key in ("origin_ranks", "ranks_present"):
+        values = list(attrs[key])
+        out += bytes([len(values)]) + b"".join(struct.pack("<i", v) for v in values)
+    for name in DATASETS:
+        data = rows[name]
+        out += struct.pack("<H", len(data)) + data.tobytes()
+    return bytes(out)
+
+
+def archives():
+    with h5py.File(FIXTURE, "r") as f:
+        base_attrs = {"schema_version": 1, "world_size": int(f.attrs["world_size"]),
+                      "origin_ranks": f.attrs["origin_ranks"], "ranks_present": f.attrs["ranks_present"]}
+        base_rows = {name: f[name][...] for name in DATASETS}
+
+    def case(name, flags=1, attrs=None, **fields):
+        a = dict(base_attrs, **(attrs or {}))
+        rows = {k: v.copy() for k, v in base_rows.items()}
+        for key, value in fields.items():
+            if key in rows:
+                rows[key] = value
+            else:
+                field, row = key.rsplit("__", 1)
+                rows["ranks"][field][int(row)] = value
+        write("archive", name, encode(a, rows, flags))
+
+    case("valid")
+    case("valid-v01-no-mark", flags=4)
+    case("no-complete-mark", flags=0)
+    case("complete-zero", flags=3)
+    case("event-offset-wraps", event_offset__0=np.uint64(2**64 - 1), event_count__0=np.uint64(2))
+    case("string-offset-wraps", string_offset__1=np.uint64(2**64 - 8), string_count__1=np.uint64(16))
+    # Found by the fuzzer: times at the ends of int64 overflowed in the report's arithmetic (UBSan).
+    case("times-at-int64-ends", freeze_t_ns__2=np.int64(2**63 - 1), anchor_monotonic_ns__2=np.int64(-2**63),
+         anchor_realtime_ns__2=np.int64(2**63 - 1))
+    case("rank-outside-world", rank__3=7)
+    case("duplicate-rank", rank__1=0)
+    case("origins-outside", attrs={"origin_ranks": [7, -1]})
+    case("world-zero", attrs={"world_size": 0})
+    case("newer-schema", attrs={"schema_version": 99})
+    case("no-ranks", attrs={"ranks_present": []}, ranks=base_rows["ranks"][:0])
+    events = base_rows["events"].copy()
+    events["stack_id"][0] = 1000
+    case("stack-id-outside", events=events)
+    frames = base_rows["stack_frames"].copy()
+    frames[0] = 4000000000
+    case("frame-outside", stack_frames=frames)
+    strings = base_rows["strings"].copy()
+    strings["offset"][0] = 2**63
+    case("string-outside", strings=strings)
+
+
+if __name__ == "__main__":
+    pickles()
+    archives()
