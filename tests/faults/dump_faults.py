@@ -4,7 +4,9 @@ memory, and something goes wrong while every rank writes its history:
 - a rank is stopped (SIGSTOP) as soon as its rank-local file is on disk, so it stalls the votes or the
   collective write;
 - a rank is killed (SIGKILL) at the same moment;
-- the folder is a full disk (a 512 KiB tmpfs, filled).
+- the folder is a full disk (a 512 KiB tmpfs, filled);
+- every rank may not write files past half the archive's size (RLIMIT_FSIZE, `ulimit -f`): the rank-local
+  copies fit, the collective archive does not, and SIGXFSZ's default action would kill the rank mid-write.
 
 Each case asserts what the flight recorder promises: the job ends within 3 x OOMFLIGHT_DUMP_TIMEOUT plus mpirun's
 teardown; the origin's error text is printed, and before the job's own traceback; no file carries the archive's
@@ -35,15 +37,23 @@ ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")}
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | None = None):
-    """Starts the demo's job: 4 ranks, rank 2 with 40 GiB runs out of memory."""
+def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | None = None,
+        file_size_limit_kib: int | None = None):
+    """Starts the demo's job: 4 ranks, rank 2 with 40 GiB runs out of memory. With file_size_limit_kib, each rank
+    runs under `ulimit -f` that many KiB, and MPI's shared-memory transport (whose segment files are bigger than
+    that) is replaced by TCP, so that only oomflight's own writes meet the limit."""
     cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", f"OOMFLIGHT_DUMP_TIMEOUT={TIMEOUT_S}s"]
+    if file_size_limit_kib:
+        cmd += ["--mca", "btl", "self,tcp"]
     for k, v in (extra_env or {}).items():
         cmd += ["-x", f"{k}={v}"]
     if folder:
         cmd += ["-x", f"OOMFLIGHT_FOLDER={folder}"]
-    cmd += [CLI, "run", "--run-name", run, "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
-            "--rank-device-memory", "2=40GiB", "--steps", "2"]
+    rank_cmd = [CLI, "run", "--run-name", run, "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
+                "--rank-device-memory", "2=40GiB", "--steps", "2"]
+    if file_size_limit_kib:
+        rank_cmd = ["bash", "-c", f'ulimit -f {file_size_limit_kib} && exec "$@"', "bash", *rank_cmd]
+    cmd += rank_cmd
     return subprocess.Popen(cmd, cwd=workdir, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=True)
 
@@ -126,6 +136,7 @@ class DumpFaults(unittest.TestCase):
         out, _ = finish(job(cls.work, "baseline"))
         archive = cls.work / "baseline/oomflight/oom.0.h5"
         assert archive.exists(), out
+        cls.archive_bytes = archive.stat().st_size
         cls.baseline = events_by_rank(archive)
         assert sorted(cls.baseline) == [0, 1, 2, 3], cls.baseline.keys()
         leftovers = sorted(p.name for p in (cls.work / "baseline/oomflight").iterdir())
@@ -236,6 +247,23 @@ class DumpFaults(unittest.TestCase):
             self.check_merge(files, [0, 1, 2, 3])
         finally:
             subprocess.run(["umount", str(mount)], capture_output=True)
+
+    def test_a_file_size_limit_fails_the_archive_not_the_job(self):
+        limit_kib = self.archive_bytes // 2 // 1024
+        folder = self.work / "fsize" / "oomflight"
+        proc = job(self.work, "fsize", file_size_limit_kib=limit_kib)
+        out, seconds = finish(proc)
+        self.check_common(out, seconds, folder)
+        self.assertNotIn("File size limit exceeded", out, "a rank died of SIGXFSZ")
+        self.assertNotIn("signal 25", out, "a rank died of SIGXFSZ")
+        self.assertEqual(proc.returncode, 1, f"the job's own exit code (its out-of-memory error) must reach mpirun:\n{out}")
+        self.assertIn(f"this process may not write files over {limit_kib * 1024} bytes (RLIMIT_FSIZE, ulimit -f)", out)
+        self.assertFalse((folder / "oom.0.h5").exists(), f"an archive bigger than the limit:\n{out}")
+        self.assertFalse((folder / "oom.0.h5.partial").exists(), "the failed archive's partial file was left behind")
+        files = self.check_rank_files(folder, [0, 1, 2, 3], out)
+        for f in files:  # the premise: the copies fit under the limit, the archive (twice the limit) does not
+            self.assertLess(f.stat().st_size, limit_kib * 1024)
+        self.check_merge(files, [0, 1, 2, 3])
 
 
 if __name__ == "__main__":

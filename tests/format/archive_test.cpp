@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <hdf5.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -131,6 +135,38 @@ TEST(Archive, UnwritablePathIsAnErrorNamingIt) {
   } catch (const ArchiveError& e) {
     EXPECT_NE(std::string(e.what()).find("/proc/oomflight/a.h5"), std::string::npos);
   }
+}
+
+// Under `ulimit -f`, a write past the limit raises SIGXFSZ, which kills by default. In a child process (the limit
+// and the signal are process-wide): 100,000 events (4.8 MB) under a 64 KiB limit must be an ArchiveError naming
+// the limit, with no file left and the default action back afterwards; the child must not die of the signal.
+TEST(Archive, AFileSizeLimitIsAWriteErrorNotADeath) {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "big.h5").string();
+  Fixture f = make_fixture();
+  f.events.resize(100000, f.events.front());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{64 * 1024, 64 * 1024};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(10);
+    try {
+      write_archive(path, f.header, RankDump{f.row, f.events, &f.stacks});
+      _exit(11);  // written in spite of the limit
+    } catch (const ArchiveError& e) {
+      if (std::string(e.what()).find("may not write files over 65536 bytes (RLIMIT_FSIZE") == std::string::npos) {
+        _exit(12);
+      }
+    }
+    if (access(path.c_str(), F_OK) == 0 || access(partial_archive_path(path).c_str(), F_OK) == 0) _exit(13);
+    struct sigaction now {};
+    sigaction(SIGXFSZ, nullptr, &now);
+    _exit(now.sa_handler == SIG_DFL ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the writer died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit, 11: written, 12: message, 13: a file left, 14: action kept";
 }
 
 }  // namespace

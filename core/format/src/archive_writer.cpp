@@ -18,6 +18,7 @@
 
 #include "h5_handle.hpp"
 #include "oomflight/base/log.hpp"
+#include "file_size_signal.hpp"
 #include "h5_types.hpp"
 #include "oomflight/format/archive_writer.hpp"
 #include "oomflight/format/collective_writer.hpp"
@@ -264,13 +265,16 @@ void add_rank(Plan& plan, const RankDump& dump, const Counts& at) {
 
 void write_planned(const std::string& path, const ArchiveHeader& header, const Plan& plan, int index,
                    MPI_Comm comm) {
+  // Declared first, so it outlives the writer's close: a write past `ulimit -f` must fail, not kill the job.
+  const format_detail::IgnoreFileSizeSignal no_sigxfsz;
   const std::string partial = partial_archive_path(path);
   Writer w(partial, comm);
   w.create();
   if (!all_agree(w.file_open(), comm)) {
     w.close();
     if (index == 0) std::remove(partial.c_str());  // H5Fcreate may leave an empty file when the disk is full
-    throw ArchiveError(fmt::format("cannot create archive '{}' (folder missing or not writable, or disk full?)", partial));
+    throw ArchiveError(fmt::format("cannot create archive '{}' (folder missing or not writable, or disk full?){}",
+                                   partial, format_detail::file_size_limit_note()));
   }
   w.string_attribute("producer", header.producer);
   w.int_attribute("schema_version", header.schema_version);
@@ -315,8 +319,9 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   }
   if (comm != MPI_COMM_NULL) MPI_Bcast(&renamed, 1, MPI_INT, 0, comm);
   if (!renamed) {
-    throw ArchiveError(fmt::format("writing archive '{}' failed: {}", path,
-                                   error.empty() ? std::string("on another rank") : error));
+    throw ArchiveError(fmt::format("writing archive '{}' failed: {}{}", path,
+                                   error.empty() ? std::string("on another rank") : error,
+                                   format_detail::file_size_limit_note()));
   }
 }
 
