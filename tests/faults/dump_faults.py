@@ -5,6 +5,9 @@ memory, and something goes wrong while every rank writes its history:
   collective write;
 - a rank is killed (SIGKILL) at the same moment;
 - the folder is a full disk (a 512 KiB tmpfs, filled);
+- the folder cannot be created (its parent is a file): every history goes to $TMPDIR, and the log says how to
+  merge them;
+- two ranks run out of memory at once (both origins' errors reach the user, one archive names both);
 - every rank may not write files past half the archive's size (RLIMIT_FSIZE, `ulimit -f`): the rank-local
   copies fit, the collective archive does not, and SIGXFSZ's default action would kill the rank mid-write.
 
@@ -38,7 +41,7 @@ ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")}
 
 
 def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | None = None,
-        file_size_limit_kib: int | None = None):
+        file_size_limit_kib: int | None = None, replay_args: tuple = ()):
     """Starts the demo's job: 4 ranks, rank 2 with 40 GiB runs out of memory. With file_size_limit_kib, each rank
     runs under `ulimit -f` that many KiB, and MPI's shared-memory transport (whose segment files are bigger than
     that) is replaced by TCP, so that only oomflight's own writes meet the limit."""
@@ -50,7 +53,7 @@ def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | No
     if folder:
         cmd += ["-x", f"OOMFLIGHT_FOLDER={folder}"]
     rank_cmd = [CLI, "run", "--run-name", run, "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
-                "--rank-device-memory", "2=40GiB", "--steps", "2"]
+                "--rank-device-memory", "2=40GiB", "--steps", "2", *replay_args]
     if file_size_limit_kib:
         rank_cmd = ["bash", "-c", f'ulimit -f {file_size_limit_kib} && exec "$@"', "bash", *rank_cmd]
     cmd += rank_cmd
@@ -146,22 +149,26 @@ class DumpFaults(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.work, ignore_errors=True)
 
-    def check_common(self, out: str, seconds: float, folder: Path):
+    def check_common(self, out: str, seconds: float, folder: Path, origins: tuple = (2,)):
         self.assertLess(seconds, BOUND_S, f"the job outlived {BOUND_S} s:\n{out}")
-        # The root cause first: oomflight's line on the origin before the job's own error.
-        cause = out.find("oomflight[rank 2] error: rank 2 out of memory at batch 0")
-        self.assertGreaterEqual(cause, 0, out)
-        self.assertIn("CUDA out of memory. Tried to allocate 100.00 MiB", out[cause:cause + 400])
+        # The root cause first: oomflight's line on each origin before the job's own error.
         job_error = out.find("torch.OutOfMemoryError")
-        if job_error >= 0:
-            self.assertLess(cause, job_error, out)
+        for origin in origins:
+            cause = out.find(f"oomflight[rank {origin}] error: rank {origin} out of memory at batch 0")
+            self.assertGreaterEqual(cause, 0, out)
+            self.assertIn("CUDA out of memory. Tried to allocate 100.00 MiB", out[cause:cause + 400])
+            if job_error >= 0:
+                self.assertLess(cause, job_error, out)
         # No file carries the archive's name unless it is a complete archive of every rank.
         archive = folder / "oom.0.h5"
         if archive.exists():
             got = events_by_rank(archive)
             self.assertEqual(sorted(got), [0, 1, 2, 3])
             for rank, events in got.items():
-                self.assertTrue(same_history(events, self.baseline[rank], rank), f"rank {rank}")
+                if rank in origins:  # every origin ran the same trace into 40 GiB: the baseline origin's history
+                    self.assertEqual(events, self.baseline[2], f"origin rank {rank}")
+                else:
+                    self.assertTrue(same_history(events, self.baseline[rank], rank), f"rank {rank}")
 
     def check_rank_files(self, folder: Path, ranks: list[int], out: str) -> list[Path]:
         files = []
@@ -247,6 +254,38 @@ class DumpFaults(unittest.TestCase):
             self.check_merge(files, [0, 1, 2, 3])
         finally:
             subprocess.run(["umount", str(mount)], capture_output=True)
+
+    def test_an_unwritable_folder_leaves_every_history_in_tmpdir_and_says_how_to_merge(self):
+        blocker = self.work / "a-file"
+        blocker.write_text("not a folder")
+        tmp = self.work / "tmp-unwritable"
+        tmp.mkdir()
+        proc = job(self.work, "unwritable", extra_env={"TMPDIR": str(tmp)}, folder=str(blocker / "sub"))
+        out, seconds = finish(proc)
+        self.check_common(out, seconds, blocker / "sub")
+        self.assertIn(f"cannot create folder '{blocker}/sub': Not a directory", out)
+        fallback = tmp / "oomflight-unwritable"
+        self.assertIn(f"oomflight merge {fallback}/oom.0.rank*.h5 -o ARCHIVE.h5", out)
+        self.assertEqual(sorted(p.name for p in fallback.iterdir()), [f"oom.0.rank{r}.h5" for r in range(4)],
+                         "the fallback folder must hold the four rank-local files and nothing else")
+        files = self.check_rank_files(fallback, [0, 1, 2, 3], out)
+        self.check_merge(files, [0, 1, 2, 3])
+
+    def test_two_origins_give_one_archive_with_both_errors(self):
+        folder = self.work / "twin" / "oomflight"
+        proc = job(self.work, "twin", replay_args=("--rank-device-memory", "3=40GiB"))
+        out, seconds = finish(proc)
+        self.check_common(out, seconds, folder, origins=(2, 3))
+        self.assertTrue((folder / "oom.0.h5").exists(), out)
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["oom.0.h5"], "rank-local files left behind")
+        with h5py.File(folder / "oom.0.h5", "r") as f:
+            self.assertEqual(list(f.attrs["origin_ranks"]), [2, 3])
+            reason = f.attrs["reason"].decode()
+            self.assertIn("rank 2: CUDA out of memory", reason)
+            self.assertIn("rank 3: CUDA out of memory", reason)
+            origins = [int(r["rank"]) for r in f["ranks"][...] if int(r["is_origin"]) == 1]
+            self.assertEqual(origins, [2, 3])
+        # check_common compared both origins with the baseline origin's history, event for event (oom included).
 
     def test_a_file_size_limit_fails_the_archive_not_the_job(self):
         limit_kib = self.archive_bytes // 2 // 1024

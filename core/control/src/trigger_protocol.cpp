@@ -388,6 +388,15 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
     r.status = DumpResult::Status::rank_local;
     r.ranks_written = 1;
     log().warn("{}; this rank's history is in the rank-local file {}", why, r.path);
+    if (!header.origin_ranks.empty() && header.origin_ranks.front() == id_.rank && id_.world_size > 1) {
+      // One line, from one rank, on how to get the archive back. The default rank-local template names files
+      // by rank, so this rank's path with its rank as a wildcard is the glob (where TMPDIR is node-local, the
+      // files of other nodes are in their own TMPDIR).
+      std::string glob = r.path;
+      const std::string mine = fmt::format("rank{}", id_.rank);
+      if (const auto at = glob.rfind(mine); at != std::string::npos) glob.replace(at, mine.size(), "rank*");
+      log().warn("to join every rank's file into one archive: oomflight merge {} -o ARCHIVE.h5", glob);
+    }
   } catch (const std::exception& e) {
     r.status = DumpResult::Status::failed;
     r.error = fmt::format("{}; and the rank-local file failed: {}", why, e.what());
