@@ -7,12 +7,16 @@
 // slowest. WAIT says how the others wait: `sleep` polls an MPI_Ibarrier every 200 us (ranks of a PyTorch job wait
 // in NCCL, off MPI, leaving the CPU and MPI's progress engine to the watcher), `spin` blocks in MPI_Barrier (the
 // replay's ranks wait in MPI_Allreduce, which busy-polls the same progress engine the watcher needs).
+// Then the floor, in the same run: every rank pwrite()s its share of the archive's bytes into one file at its
+// offset and fsyncs it, as dd would write them, REPEATS times; rank 0 prints the median and the ratio.
 // Then every rank holds its idle session for IDLE_SECONDS and rank 0 prints the CPU time it cost (getrusage: all
 // threads). Settings come from the environment (OOMFLIGHT_POLL_INTERVAL, ...); the bench sets only the folder
 // (a temporary one), the ring size, overwriting and the run name, unless they are set.
 #include <mpi.h>
 #include <oomflight/oomflight.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -100,13 +104,40 @@ int main(int argc, char** argv) {
     seconds.push_back(MPI_Wtime() - start);
   }
   std::sort(seconds.begin(), seconds.end());
+  std::uint64_t bytes = 0;
   if (rank == 0 && !seconds.empty()) {
     std::error_code ec;
-    const auto bytes = std::filesystem::file_size(path, ec);
+    bytes = std::filesystem::file_size(path, ec);
     std::printf("whole dump of %d ranks x %d events, others waiting (%s): median %.3f s, slowest %.3f s (%d repeats), "
                 "archive %.1f MiB\n",
                 size, events, spin ? "spin" : "sleep", seconds[seconds.size() / 2], seconds.back(), repeats,
                 ec ? 0.0 : static_cast<double>(bytes) / 1048576.0);
+  }
+  // The floor: the same bytes, written as plainly as the machine allows.
+  MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  const std::uint64_t share = bytes / static_cast<std::uint64_t>(size);
+  std::vector<char> data(share, 'x');
+  const std::string floor_path = (folder / "floor.bin").string();
+  std::vector<double> floor;
+  for (int r = 0; r < repeats && share > 0; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double start = MPI_Wtime();
+    const int fd = ::open(floor_path.c_str(), O_WRONLY | O_CREAT, 0644);
+    bool ok = fd >= 0 && ::pwrite(fd, data.data(), share, static_cast<off_t>(share * static_cast<unsigned>(rank))) ==
+                             static_cast<ssize_t>(share);
+    ok = ok && ::fsync(fd) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!ok) std::fprintf(stderr, "floor: write failed on rank %d\n", rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    floor.push_back(MPI_Wtime() - start);
+    if (rank == 0) std::filesystem::remove(floor_path);
+  }
+  std::sort(floor.begin(), floor.end());
+  if (rank == 0 && !floor.empty() && !seconds.empty()) {
+    const double f = floor[floor.size() / 2];
+    std::printf("floor: each rank pwrite()s and fsyncs its share of the same %.1f MiB in one file: median %.3f s; "
+                "the dump is %.1f x the floor\n",
+                static_cast<double>(bytes) / 1048576.0, f, seconds[seconds.size() / 2] / f);
   }
   if (idle > 0) {
     const double cpu0 = cpu_seconds();

@@ -83,19 +83,19 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 }
 
 void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                                    const FrozenHistory& h, MPI_Comm comm) const {
-  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks}, comm);
+                                    FrozenHistory& h, MPI_Comm comm) const {
+  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks}, comm, h.ring.events);
 }
 
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
-                                           std::int64_t batch) const {
+                                           std::int64_t batch, Durability durability) const {
   const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
   const TemplateValues values = template_values(kind, batch);
   const RankDump dump{row, h.ring.events, &h.stacks};
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
-    write_archive(path, header, dump);
+    write_archive(path, header, dump, durability);
     return path;
   } catch (const std::exception& e) {
     first_error = e.what();
@@ -105,7 +105,7 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
   const FilenameTemplate fallback(fmt::format("{}/oomflight-{{run_name}}", tmp && *tmp ? tmp : "/tmp"));
   try {
     const std::string path = prepare_path(fallback, config_.rank_filename, values);
-    write_archive(path, header, dump);
+    write_archive(path, header, dump, durability);
     log().warn("{}; wrote the rank-local file to {} instead", first_error, path);
     return path;
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 #include "oomflight/control/dump_request.hpp"
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/format/archive_schema.hpp"
+#include "oomflight/format/archive_writer.hpp"
 #include "oomflight/record/recorder.hpp"
 
 namespace oomflight {
@@ -37,16 +38,19 @@ class DumpExecutor {
   /// Throws std::runtime_error naming the folder when it cannot be created.
   std::string archive_path(DumpKind kind, std::int64_t batch) const;
 
-  /// Writes `path` together with every rank of `comm` (see write_archive_collective). Throws ArchiveError, on
-  /// every rank together.
+  /// Writes `path` together with every rank of `comm` (see write_archive_collective). The stack ids of h's
+  /// events are offset in place during the write and restored before it returns or throws. Throws
+  /// ArchiveError, on every rank together.
   void write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                        const FrozenHistory& h, MPI_Comm comm) const;
+                        FrozenHistory& h, MPI_Comm comm) const;
 
   /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
   /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a
-  /// full disk. Returns the path written. Throws ArchiveError naming both failures when both fail.
+  /// full disk. Returns the path written. Throws ArchiveError naming both failures when both fail. A safety copy
+  /// (written before the archive, which replaces it) is only handed to the kernel; a file that is the result
+  /// is verified (Durability).
   std::string write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
-                               std::int64_t batch) const;
+                               std::int64_t batch, Durability durability = Durability::verified) const;
 
   /// The archive of a job of one rank, written with POSIX I/O under OOMFLIGHT_FILENAME; when that fails, the
   /// rank-local file (with its fallback folder). Never throws: the outcome is in the result (status archive,

@@ -279,7 +279,8 @@ std::string TriggerProtocol::write_safety_copy(const FrozenHistory& h, bool is_o
   const LocalView v = local_view(h, is_origin, request);
   try {
     const std::string path =
-        executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch);
+        executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch,
+                                   Durability::handed_to_kernel);  // the verified archive replaces it
     log().debug("safety copy of this rank's history: {}", path);
     return path;
   } catch (const std::exception& e) {
@@ -384,7 +385,12 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
   r.batch = batch;
   r.error = why;
   try {
-    r.path = safety_path_.empty() ? executor_.write_rank_local(header, row, h, batch) : safety_path_;
+    if (safety_path_.empty()) {
+      r.path = executor_.write_rank_local(header, row, h, batch);
+    } else {
+      sync_file(safety_path_);  // the safety copy is the result now: make it as durable as an archive
+      r.path = safety_path_;
+    }
     r.status = DumpResult::Status::rank_local;
     r.ranks_written = 1;
     log().warn("{}; this rank's history is in the rank-local file {}", why, r.path);

@@ -3,6 +3,7 @@
 // call together lives inside liboomflight (it needs MPI); both share one implementation.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -20,14 +21,29 @@ struct RankDump {
   const StackTableCopy* stacks = nullptr;  ///< required
 };
 
+/// How much write_archive() does to prove that a file reached the disk before it gets its name.
+enum class Durability : std::uint8_t {
+  /// fsync, then this process's rows read back and the metadata checked: what an archive's name promises.
+  verified,
+  /// Every write, flush and close checked, the `complete` mark written last and the rename done, but no fsync and
+  /// no read-back: the file survives the death of any process, not a crash of the node before writeback. For a
+  /// rank's safety copy, which a verified archive replaces a moment later (and which is synced when it does not).
+  handed_to_kernel,
+};
+
 /// Writes `path` holding one rank: `header` as the root attributes, `dump` as the rows. The file is written as
 /// partial_archive_path(path), its root attribute `complete` (= 1) is the last write, and after the close it is
-/// synced and read back; only then is it renamed to `path` (replacing a file of that name). On any failure the
-/// partial file is removed and nothing carries the name `path`.
+/// synced and read back (Durability::verified); only then is it renamed to `path` (replacing a file of that
+/// name). On any failure the partial file is removed and nothing carries the name `path`.
 /// Throws std::invalid_argument when dump.stacks is null, ArchiveError naming the file and the step that failed
 /// (folder missing or not writable, disk full, a short write found by the read-back). Not thread-safe with other
 /// HDF5 use in the process (Debian's parallel HDF5 is not built thread-safe): call it from one thread.
-OOMFLIGHT_API void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump);
+OOMFLIGHT_API void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                                 Durability durability = Durability::verified);
+
+/// fsync()s `path` (a file written with Durability::handed_to_kernel that has become the result). Throws
+/// ArchiveError naming the file and the error. Thread-safe.
+OOMFLIGHT_API void sync_file(const std::string& path);
 
 /// Writes `path` holding several ranks from one process, in the order given (row i of /ranks is dumps[i]), like
 /// write_archive(). Used to join rank-local files (merge_archives). header.ranks_present must list the ranks in
