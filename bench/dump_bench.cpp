@@ -1,10 +1,11 @@
 // Seconds for a whole coordinated dump of R ranks x N events into one archive, and the watcher thread's idle CPU.
 //   mpirun -np 4 oomflight_dump_bench [EVENTS_PER_RANK=100000] [REPEATS=5] [IDLE_SECONDS=10] [WAIT=sleep|spin]
+//                                     [POLL_US=200]
 // Each rank records EVENTS events through the C API (50 distinct stacks of 30 frames, like a PyTorch trace).
 // Then, REPEATS times, rank 0 asks for a dump (kind signal) while the other ranks wait for it, as training ranks
 // wait in a collective: the time from the request until every rank has passed a barrier after it is the whole
 // dump (freeze, triggers, agreement, collective write, close) as a job sees it; rank 0 prints the median and the
-// slowest. WAIT says how the others wait: `sleep` polls an MPI_Ibarrier every 200 us (ranks of a PyTorch job wait
+// slowest. WAIT says how the others wait: `sleep` polls an MPI_Ibarrier every POLL_US us (ranks of a PyTorch job wait
 // in NCCL, off MPI, leaving the CPU and MPI's progress engine to the watcher), `spin` blocks in MPI_Barrier (the
 // replay's ranks wait in MPI_Allreduce, which busy-polls the same progress engine the watcher needs).
 // Then the floor, in the same run: every rank pwrite()s its share of the archive's bytes into one file at its
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const int idle = argc > 3 ? std::atoi(argv[3]) : 10;
   const bool spin = argc > 4 && std::string(argv[4]) == "spin";
+  // How often a sleeping rank looks at its barrier. 200 us is a rank's reaction time, but 64 ranks on 2 cores
+  // waking 5,000 times a second take most of the cores from the dump they wait for (2.4 CPU s per dump).
+  const int poll_us = argc > 5 ? std::atoi(argv[5]) : 200;
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;
@@ -98,7 +102,7 @@ int main(int argc, char** argv) {
       MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
       for (int done = 0; !done;) {
         MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
-        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(poll_us));
       }
     }
     seconds.push_back(MPI_Wtime() - start);
