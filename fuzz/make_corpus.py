@@ -18,7 +18,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "data", "v1", "oom-4ranks-2origins.h5")
-DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data"]
+DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data", "batches"]
+# BatchRow (core/format/include/oomflight/format/archive_schema.hpp), 104 bytes; the v1 fixture has no /batches.
+BATCH = np.dtype([("rank", "<i4"), ("device", "<i4"), ("batch", "<i8"), ("start_t_ns", "<i8"), ("end_t_ns", "<i8")] +
+                 [(name, "<u8") for name in ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
+                                             "peak_reserved_bytes", "device_capacity_bytes", "device_free_bytes",
+                                             "alloc_events", "free_events", "oom_events")])
 
 
 def write(kind, name, data):
@@ -85,7 +90,13 @@ def archives():
     with h5py.File(FIXTURE, "r") as f:
         base_attrs = {"schema_version": 1, "world_size": int(f.attrs["world_size"]),
                       "origin_ranks": f.attrs["origin_ranks"], "ranks_present": f.attrs["ranks_present"]}
-        base_rows = {name: f[name][...] for name in DATASETS}
+        base_rows = {name: f[name][...] for name in DATASETS if name in f}
+    batches = np.zeros(8, dtype=BATCH)
+    batches["rank"] = [0, 0, 1, 1, 2, 2, 3, 3]
+    batches["batch"] = [0, 1] * 4
+    batches["peak_allocated_bytes"] = 1 << 30
+    batches["device_capacity_bytes"] = 40 << 30
+    base_rows["batches"] = batches
 
     def case(name, flags=1, attrs=None, **fields):
         a = dict(base_attrs, **(attrs or {}))
@@ -108,6 +119,12 @@ def archives():
     case("times-at-int64-ends", freeze_t_ns__2=np.int64(2**63 - 1), anchor_monotonic_ns__2=np.int64(-2**63),
          anchor_realtime_ns__2=np.int64(2**63 - 1))
     case("rank-outside-world", rank__3=7)
+    unknown = batches.copy()
+    unknown["rank"][0] = 9
+    case("batches-rank-unknown", batches=unknown)
+    shuffled = batches.copy()
+    shuffled["rank"] = [0, 1, 0, 1, 2, 2, 3, 3]
+    case("batches-not-grouped", batches=shuffled)
     case("duplicate-rank", rank__1=0)
     case("origins-outside", attrs={"origin_ranks": [7, -1]})
     case("world-zero", attrs={"world_size": 0})

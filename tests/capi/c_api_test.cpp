@@ -38,7 +38,8 @@ class CApi : public ::testing::Test {
   }
   void TearDown() override {
     oomflight_shutdown();
-    for (const char* name : {"OOMFLIGHT_FOLDER", "OOMFLIGHT_RUN_NAME", "OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_ENABLED"}) {
+    for (const char* name : {"OOMFLIGHT_FOLDER", "OOMFLIGHT_RUN_NAME", "OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_ENABLED",
+                             "OOMFLIGHT_MAX_BATCHES"}) {
       unsetenv(name);
     }
   }
@@ -154,6 +155,66 @@ TEST_F(CApi, ASignalDumpCarriesItsKindBatchDeviceGaugesAndStacks) {
   EXPECT_EQ(archive.string(frames[1]->file), "train.py");
   EXPECT_EQ(frames[1]->line, 7);
   EXPECT_EQ(archive.stack(archive.events[2].stack_id).at(0)->line, 50);
+}
+
+// Every archive carries the per-batch table: each batch's end figures, its own peaks (reset at the batch mark)
+// and its event counts; the batch running at the dump is the last row, with no end time.
+TEST_F(CApi, EveryArchiveCarriesThePerBatchFigures) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  const auto publish = [](std::uint64_t allocated, std::uint64_t reserved) {
+    oomflight_memory m = OOMFLIGHT_MEMORY_INIT;
+    m.allocated_bytes = allocated;
+    m.reserved_bytes = reserved;
+    m.device_capacity_bytes = 1000;
+    m.device_free_bytes = 1000 - reserved;
+    ASSERT_EQ(oomflight_set_memory(0, &m), OOMFLIGHT_OK);
+  };
+  publish(100, 200);
+  ASSERT_EQ(oomflight_mark_batch(0), OOMFLIGHT_OK);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x100u * i, 100, 0, -1), 0);
+  publish(400, 500);
+  ASSERT_EQ(oomflight_record(OOMFLIGHT_FREE_COMPLETED, 0, 0, 100, 0, -1), 0);
+  publish(300, 500);
+  ASSERT_EQ(oomflight_mark_batch(1), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x900, 50, 0, -1), 0);
+  publish(350, 500);
+  ASSERT_EQ(oomflight_trigger_oom(0, "CUDA out of memory. Tried to allocate 600 B", 600, 500), OOMFLIGHT_OK);
+
+  const Archive a = read_archive(oomflight_last_dump_path());
+  const auto rows = a.batches_of(0);
+  ASSERT_EQ(rows.size(), 2u);
+  const BatchRow& first = rows[0];
+  EXPECT_EQ(first.batch, 0);
+  EXPECT_GT(first.end_t_ns, first.start_t_ns);
+  EXPECT_EQ(first.allocated_bytes, 300u);
+  EXPECT_EQ(first.reserved_bytes, 500u);
+  EXPECT_EQ(first.peak_allocated_bytes, 400u);  // between two publications, not at either end
+  EXPECT_EQ(first.peak_reserved_bytes, 500u);
+  EXPECT_EQ(first.device_capacity_bytes, 1000u);
+  EXPECT_EQ(first.device_free_bytes, 500u);
+  EXPECT_EQ(first.alloc_events, 3u);
+  EXPECT_EQ(first.free_events, 1u);
+  EXPECT_EQ(first.oom_events, 0u);
+  const BatchRow& running = rows[1];
+  EXPECT_EQ(running.batch, 1);
+  EXPECT_EQ(running.end_t_ns, 0);  // still running at the dump
+  EXPECT_EQ(running.start_t_ns, first.end_t_ns);
+  EXPECT_EQ(running.peak_allocated_bytes, 350u);  // reset to 300 at the mark, then 350
+  EXPECT_EQ(running.alloc_events, 1u);
+  EXPECT_EQ(running.oom_events, 1u);
+}
+
+TEST_F(CApi, MaxBatchesKeepsTheNewestBatches) {
+  setenv("OOMFLIGHT_MAX_BATCHES", "2", 1);
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  for (int b = 0; b < 5; ++b) ASSERT_EQ(oomflight_mark_batch(b), OOMFLIGHT_OK);
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const Archive a = read_archive(oomflight_last_dump_path());
+  std::vector<std::int64_t> batches;
+  for (const BatchRow& b : a.batches_of(0)) batches.push_back(b.batch);
+  EXPECT_EQ(batches, (std::vector<std::int64_t>{2, 3, 4}));  // two ended batches kept, and the running one
 }
 
 TEST_F(CApi, TriggerOomRecordsTheEventOnItsDeviceAndDumps) {

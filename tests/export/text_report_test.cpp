@@ -34,5 +34,33 @@ TEST(TextReport, NamesTheOriginsTheirRequestsEveryRankAndTheLargestBlocksWithFra
   EXPECT_EQ(marked, 2u);
 }
 
+// The per-batch table: each rank's own peaks, batch after batch, and who grew the most. The fixture predates
+// /batches, so the rows are added here: rank 2 (an origin) grows by 1 GiB a batch, the others stay flat.
+TEST(TextReport, PerBatchPeaksShowWhichRankDrifted) {
+  Archive a = read_archive(std::string(OOMFLIGHT_SOURCE_DIR) + "/tests/data/v1/oom-4ranks-2origins.h5");
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  for (int rank = 0; rank < 4; ++rank) {
+    for (int b = 0; b < 3; ++b) {
+      BatchRow row;
+      row.rank = rank;
+      row.batch = b;
+      row.start_t_ns = 1000 * b + 1;
+      row.end_t_ns = b == 2 ? 0 : 1000 * (b + 1);
+      row.peak_allocated_bytes = (rank == 2 ? 10 + static_cast<std::uint64_t>(b) : 10) * gib;
+      row.device_capacity_bytes = 40 * gib;
+      a.batches.push_back(row);
+    }
+  }
+  const std::string text = render_report(a, analyze(a, 2), 1);
+  for (const char* expected : {
+           "per-batch peak allocated (each batch's own peak; the last 3 of 3 batches, * still running at the dump):\n",
+           "     2   10.00 GiB   11.00 GiB  12.00 GiB*   +2.00 GiB     30.0%  <- out of memory\n",
+           "     0   10.00 GiB   10.00 GiB  10.00 GiB*        +0 B     25.0%\n",
+           "  rank 2's peak grew the most over batches 0 to 2: +2.00 GiB (the median rank: +0 B)\n",
+       }) {
+    EXPECT_NE(text.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace oomflight

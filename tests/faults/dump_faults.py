@@ -90,12 +90,17 @@ def rank_pid(rank: int) -> int | None:
 
 
 def signal_when(path: Path, rank: int, sig: int, sent: dict) -> threading.Thread:
-    """Sends `sig` to `rank` as soon as `path` exists (a rank-local file exists only once complete)."""
+    """Sends `sig` to `rank` as soon as `path` exists (a rank-local file exists only once complete). The rank's
+    pid is found first: the dump after the file takes tens of milliseconds, a scan of /proc nearly as long."""
     def watch():
         deadline = time.monotonic() + 90
+        pid = None
+        while time.monotonic() < deadline and pid is None:
+            pid = rank_pid(rank)
+            if pid is None:
+                time.sleep(0.01)
         while time.monotonic() < deadline and not path.exists():
-            time.sleep(0.002)
-        pid = rank_pid(rank)
+            time.sleep(0.001)
         if pid:
             os.kill(pid, sig)
             sent["at"] = time.monotonic()
@@ -165,8 +170,12 @@ class DumpFaults(unittest.TestCase):
             got = events_by_rank(archive)
             self.assertEqual(sorted(got), [0, 1, 2, 3])
             for rank, events in got.items():
-                if rank in origins:  # every origin ran the same trace into 40 GiB: the baseline origin's history
+                if rank == 2:  # the first origin froze at its own failure: the baseline origin's history exactly
                     self.assertEqual(events, self.baseline[2], f"origin rank {rank}")
+                elif rank in origins:
+                    # Another origin may have frozen on rank 2's trigger a moment before its own failure (its
+                    # trigger call then joins the dump under way, docs/protocol.md): a prefix of the origin's.
+                    self.assertTrue(same_history(events, self.baseline[2], 3), f"origin rank {rank}")
                 else:
                     self.assertTrue(same_history(events, self.baseline[rank], rank), f"rank {rank}")
 
@@ -212,7 +221,14 @@ class DumpFaults(unittest.TestCase):
         return folder, out
 
     def test_a_stalled_rank_neither_hangs_the_job_nor_loses_a_history(self):
-        folder, out = self.signal_rank_1_mid_dump("stall", signal.SIGSTOP)
+        # The stop must land between rank 1's safety copy and the end of the archive, a window of tens of
+        # milliseconds. When the archive was complete first (a busy machine), the run tested nothing (and
+        # check_common has checked that archive): run it again, at most three times.
+        for attempt in range(3):
+            folder, out = self.signal_rank_1_mid_dump(f"stall{attempt}", signal.SIGSTOP)
+            if not (folder / "oom.0.h5").exists():
+                break
+            print(f"stall attempt {attempt}: the archive was complete before rank 1 stopped; again", flush=True)
         self.assertFalse((folder / "oom.0.h5").exists(), f"an archive although rank 1 was stopped:\n{out}")
         files = self.check_rank_files(folder, [0, 1, 2, 3], out)
         self.check_merge(files, [0, 1, 2, 3])

@@ -206,6 +206,13 @@ TEST(MpiDriver, SimultaneousOriginsGiveOneArchiveNamingBoth) {
     const auto frames = a.stack(a.events_of(*row)[1].stack_id);
     ASSERT_EQ(frames.size(), 1u);
     EXPECT_EQ(frames[0]->line, rank + 1);  // stack ids were rebased to this rank's own stacks
+    // The per-batch table, written by every rank into the one archive: one batch, still running at the dump.
+    const auto batches = a.batches_of(rank);
+    ASSERT_EQ(batches.size(), 1u) << "rank " << rank;
+    EXPECT_EQ(batches[0].rank, rank);
+    EXPECT_EQ(batches[0].end_t_ns, 0);
+    EXPECT_EQ(batches[0].alloc_events, 500u + 10u * rank) << "rank " << rank;
+    EXPECT_EQ(batches[0].oom_events, origin ? 1u : 0u) << "rank " << rank;
   }
   const PostMortem pm = analyze(a);
   EXPECT_EQ(pm.origins, (std::vector<int>{2, 3}));

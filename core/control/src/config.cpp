@@ -91,6 +91,10 @@ std::vector<OptionSpec> make_table() {
       {"OOMFLIGHT_MAX_ENTRIES", "integer", "100000",
        "Events kept per rank (the ring's bound). Older events are overwritten and counted.",
        [](Config& c, std::string_view v) { c.max_entries = parse_max_entries(v); }},
+      {"OOMFLIGHT_MAX_BATCHES", "integer", "10000",
+       "Batches whose memory figures each rank keeps (allocated, reserved, the batch's own peaks, event counts; "
+       "112 bytes a batch): hours of training at the default. Every archive holds them.",
+       [](Config& c, std::string_view v) { c.max_batches = parse_positive(v, std::size_t{10000000}); }},
       {"OOMFLIGHT_FOLDER", "template", "{run_name}/oomflight",
        "Folder for archives and rank-local files, relative to the working directory.",
        [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},

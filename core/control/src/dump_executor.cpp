@@ -84,14 +84,15 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 
 void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
                                     FrozenHistory& h, MPI_Comm comm) const {
-  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks}, comm, h.ring.events);
+  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows}, comm,
+                           h.ring.events);
 }
 
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
                                            std::int64_t batch, Durability durability) const {
   const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
   const TemplateValues values = template_values(kind, batch);
-  const RankDump dump{row, h.ring.events, &h.stacks};
+  const RankDump dump{row, h.ring.events, &h.stacks, h.batches.rows};
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
@@ -125,7 +126,7 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   if (id_.world_size == 1) {
     try {
       r.path = archive_path(r.kind, batch);
-      write_archive(r.path, header, RankDump{row, h.ring.events, &h.stacks});
+      write_archive(r.path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows});
       r.status = DumpResult::Status::archive;
       return r;
     } catch (const std::exception& e) {

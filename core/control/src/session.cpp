@@ -12,7 +12,8 @@
 
 namespace oomflight {
 
-Session::Session(Config config, MPI_Comm world) : config_(std::move(config)), recorder_(config_.max_entries) {
+Session::Session(Config config, MPI_Comm world)
+    : config_(std::move(config)), recorder_(config_.max_entries, true, config_.max_batches) {
   set_log_level(config_.log_level);
   keep_hdf5_out_of_process_exit();
   MPI_Comm comm = MPI_COMM_NULL;

@@ -1,6 +1,8 @@
 // The text report: a PostMortem rendered for a terminal.
 #include "oomflight/export/text_report.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -21,6 +23,70 @@ std::vector<const FrameRow*> frames_to_show(const Archive& a, std::int32_t stack
   for (const auto* f : all) {
     if (out.size() >= n) break;
     if (a.string(f->file) != "??") out.push_back(f);
+  }
+  return out;
+}
+
+std::string signed_bytes(std::uint64_t to, std::uint64_t from) {
+  return to >= from ? "+" + format_bytes(to - from) : "-" + format_bytes(from - to);
+}
+
+// How each rank's own per-batch peak moved over the last `columns` batches any rank kept: the table that shows
+// which rank drifts towards its limit before it fails. Empty when the archive has no per-batch rows.
+std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t columns) {
+  std::vector<std::int64_t> batches;
+  for (const auto& b : a.batches) batches.push_back(b.batch);
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  if (batches.empty()) return {};
+  const std::size_t total = batches.size();
+  if (batches.size() > columns) batches.erase(batches.begin(), batches.end() - static_cast<std::ptrdiff_t>(columns));
+  std::string out = fmt::format("per-batch peak allocated (each batch's own peak; the last {} of {} batches{}):\n",
+                                batches.size(), total, ", * still running at the dump");
+  out += fmt::format("  {:>4}", "rank");
+  for (const auto b : batches) out += fmt::format(" {:>11}", b);
+  out += fmt::format(" {:>11} {:>9}\n", "growth", "of cap.");
+  struct Growth {
+    int rank;
+    std::uint64_t from, to;
+  };
+  std::vector<Growth> growth;
+  for (const auto& s : pm.ranks) {
+    const auto rows = a.batches_of(s.row.rank);
+    if (rows.empty()) continue;
+    out += fmt::format("  {:>4}", s.row.rank);
+    const BatchRow* first = nullptr;
+    const BatchRow* last = nullptr;
+    for (const auto b : batches) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const BatchRow& r) { return r.batch == b; });
+      if (it == rows.end()) {
+        out += fmt::format(" {:>11}", "-");
+        continue;
+      }
+      if (first == nullptr) first = &*it;
+      last = &*it;
+      out += fmt::format(" {:>11}", format_bytes(it->peak_allocated_bytes) + (it->end_t_ns == 0 ? "*" : ""));
+    }
+    if (first != nullptr) {
+      growth.push_back({s.row.rank, first->peak_allocated_bytes, last->peak_allocated_bytes});
+      const std::string share = last->device_capacity_bytes
+                                    ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(last->peak_allocated_bytes) /
+                                                                 static_cast<double>(last->device_capacity_bytes))
+                                    : "?";
+      out += fmt::format(" {:>11} {:>9}", signed_bytes(last->peak_allocated_bytes, first->peak_allocated_bytes), share);
+    }
+    out += s.row.is_origin ? "  <- out of memory\n" : "\n";
+  }
+  if (growth.size() > 1 && batches.size() > 1) {
+    const auto grew = [](const Growth& g) {
+      return static_cast<double>(g.to) - static_cast<double>(g.from);
+    };
+    std::sort(growth.begin(), growth.end(), [&](const Growth& x, const Growth& y) { return grew(x) > grew(y); });
+    const Growth& most = growth.front();
+    const Growth& median = growth[growth.size() / 2];
+    out += fmt::format("  rank {}'s peak grew the most over batches {} to {}: {} (the median rank: {})\n", most.rank,
+                       batches.front(), batches.back(), signed_bytes(most.to, most.from),
+                       signed_bytes(median.to, median.from));
   }
   return out;
 }
@@ -67,6 +133,10 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                      r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "?",
                      r.device_capacity_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
                      r.is_origin ? "  <- out of memory" : ""));
+  }
+  if (const std::string peaks = batch_peaks(a, pm, 8); !peaks.empty()) {
+    line("");
+    out += peaks;
   }
   for (const auto& s : pm.ranks) {
     if (!s.row.is_origin) continue;

@@ -20,6 +20,7 @@ namespace {
 struct LocalRank {
   RankRow row;
   std::vector<Event> events;
+  std::vector<BatchStats> batches;
   StackTableCopy stacks;
 };
 
@@ -37,6 +38,12 @@ LocalRank localise(const Archive& a, const RankRow& row) {
                                      e.stack_id));
     }
     e.stack_id = static_cast<std::int32_t>(id - row.stack_offset);
+  }
+  for (const BatchRow& b : a.batches_of(row.rank)) {
+    out.batches.push_back(BatchStats{b.batch, b.start_t_ns, b.end_t_ns, b.device, 0, b.allocated_bytes,
+                                     b.reserved_bytes, b.peak_allocated_bytes, b.peak_reserved_bytes,
+                                     b.device_capacity_bytes, b.device_free_bytes, b.alloc_events, b.free_events,
+                                     b.oom_events});
   }
   for (std::uint64_t i = 0; i < row.string_count; ++i) out.stacks.strings.push_back(a.strings[row.string_offset + i]);
   const auto local_string = [&](std::uint32_t id) -> std::uint32_t {
@@ -128,7 +135,7 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   }
   std::vector<RankDump> dumps;
   dumps.reserve(ranks.size());
-  for (const LocalRank& r : ranks) dumps.push_back(RankDump{r.row, r.events, &r.stacks});
+  for (const LocalRank& r : ranks) dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches});
   write_archive_ranks(output, header, dumps);
   return header;
 }

@@ -2,6 +2,8 @@
 #include "oomflight/format/archive_reader.hpp"
 
 #include <hdf5.h>
+
+#include <algorithm>
 #include <sys/stat.h>
 
 #include <fmt/format.h>
@@ -49,6 +51,8 @@ class Reader {
     value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
     return value;
   }
+
+  bool has_dataset(const char* name) const { return H5Lexists(file_, name, H5P_DEFAULT) > 0; }
 
   std::vector<std::int32_t> int_attribute(const char* name) const {
     auto a = h5::attr(H5Aopen(file_, name, H5P_DEFAULT));
@@ -147,6 +151,19 @@ void check_consistency(const Archive& a, const Reader& r) {
       r.fail(fmt::format("root attribute 'origin_ranks' names rank {}, outside 0 .. {}", origin, h.world_size - 1));
     }
   }
+  // /batches: every row names a rank of /ranks, and each rank's rows form one group, in the order of /ranks.
+  std::size_t group = 0;
+  for (std::size_t i = 0; i < a.batches.size(); ++i) {
+    const std::int32_t rank = a.batches[i].rank;
+    if (i > 0 && rank == a.batches[i - 1].rank) continue;
+    while (group < a.ranks.size() && a.ranks[group].rank != rank) ++group;
+    if (group == a.ranks.size()) {
+      r.fail(fmt::format("/batches row {}: rank {} is not in /ranks, or its rows are not grouped in the order of "
+                         "/ranks",
+                         i, rank));
+    }
+    ++group;
+  }
   for (std::size_t i = 0; i < a.events.size(); ++i) {
     const Event& e = a.events[i];
     if (static_cast<int>(e.action) >= kActionCount) {
@@ -187,6 +204,13 @@ const RankRow* Archive::rank_row(int rank) const {
 
 std::span<const Event> Archive::events_of(const RankRow& row) const {
   return std::span<const Event>(events).subspan(row.event_offset, row.event_count);
+}
+
+std::span<const BatchRow> Archive::batches_of(int rank) const {
+  // Rows are grouped by rank (checked by the reader): find the group.
+  const auto first = std::find_if(batches.begin(), batches.end(), [&](const BatchRow& b) { return b.rank == rank; });
+  const auto last = std::find_if(first, batches.end(), [&](const BatchRow& b) { return b.rank != rank; });
+  return std::span<const BatchRow>(first, last);
 }
 
 std::vector<const FrameRow*> Archive::stack(std::int32_t stack_id) const {
@@ -242,6 +266,7 @@ Archive read_archive(const std::string& path) {
   a.stacks = r.rows<StackRow>(dataset::stacks, h5::stack_row_type());
   a.stack_frames = r.rows<std::uint32_t>(dataset::stack_frames, H5T_NATIVE_UINT32);
   a.frames = r.rows<FrameRow>(dataset::frames, h5::frame_row_type());
+  if (r.has_dataset(dataset::batches)) a.batches = r.rows<BatchRow>(dataset::batches, h5::batch_row_type());
   const auto string_rows = r.rows<StringRow>(dataset::strings, h5::string_row_type());
   const auto data = r.rows<char>(dataset::string_data, H5T_NATIVE_UINT8);
   a.strings.reserve(string_rows.size());

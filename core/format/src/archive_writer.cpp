@@ -27,7 +27,7 @@
 namespace oomflight {
 namespace {
 
-enum Table { kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringBytes, kTables };
+enum Table { kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringBytes, kBatches, kTables };
 using Counts = std::array<std::uint64_t, kTables>;
 
 // Local rows in the archive's layout, with every id turned into a global one. The events are by far the largest
@@ -42,6 +42,7 @@ struct GlobalRows {
   std::vector<FrameRow> frames;
   std::vector<StringRow> strings;
   std::vector<std::uint8_t> string_data;
+  std::vector<BatchRow> batches;
 };
 
 Counts local_counts(const RankDump& d) {
@@ -52,6 +53,7 @@ Counts local_counts(const RankDump& d) {
   c[kFrames] = d.stacks->frames.size();
   c[kStrings] = d.stacks->strings.size();
   for (const auto& s : d.stacks->strings) c[kStringBytes] += s.size();
+  c[kBatches] = d.batches.size();
   return c;
 }
 
@@ -84,6 +86,13 @@ GlobalRows rebase(const RankDump& d, const Counts& off) {
     g.strings.push_back(StringRow{at, s.size()});
     g.string_data.insert(g.string_data.end(), s.begin(), s.end());
     at += s.size();
+  }
+  g.batches.reserve(d.batches.size());
+  for (const BatchStats& b : d.batches) {
+    g.batches.push_back(BatchRow{d.row.rank, b.device, b.batch, b.start_t_ns, b.end_t_ns, b.allocated_bytes,
+                                 b.reserved_bytes, b.peak_allocated_bytes, b.peak_reserved_bytes,
+                                 b.device_capacity_bytes, b.device_free_bytes, b.alloc_events, b.free_events,
+                                 b.oom_events});
   }
   return g;
 }
@@ -214,7 +223,7 @@ std::string verify_rows(const std::string& path, const std::vector<Writer::Range
 
 // The first rank's check of what only the library wrote: the file opens, says it is complete, and every dataset
 // has the size all ranks wrote. Returns an empty string, or what failed.
-std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 7>& dims) {
+std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 8>& dims) {
   auto file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) return "it does not open as HDF5 after the close (disk full?)";
   std::int32_t complete = 0;
@@ -222,8 +231,9 @@ std::string verify_metadata(const std::string& path, const std::array<std::uint6
   if (!a.valid() || H5Aread(a, H5T_NATIVE_INT32, &complete) < 0 || complete != 1) {
     return "its 'complete' attribute did not reach the file (disk full?)";
   }
-  const std::array<const char*, 7> names = {dataset::ranks,  dataset::events,  dataset::stacks, dataset::stack_frames,
-                                           dataset::frames, dataset::strings, dataset::string_data};
+  const std::array<const char*, 8> names = {dataset::ranks,   dataset::events,  dataset::stacks,
+                                            dataset::stack_frames, dataset::frames, dataset::strings,
+                                            dataset::string_data, dataset::batches};
   for (std::size_t i = 0; i < names.size(); ++i) {
     auto d = h5::dset(H5Dopen2(file, names[i], H5P_DEFAULT));
     auto sp = d.valid() ? h5::space(H5Dget_space(d)) : h5::Handle();
@@ -266,6 +276,7 @@ void append(GlobalRows& to, GlobalRows&& from) {
   to.frames.insert(to.frames.end(), from.frames.begin(), from.frames.end());
   to.strings.insert(to.strings.end(), from.strings.begin(), from.strings.end());
   to.string_data.insert(to.string_data.end(), from.string_data.begin(), from.string_data.end());
+  to.batches.insert(to.batches.end(), from.batches.begin(), from.batches.end());
 }
 
 // Adds one rank at `at` (its offsets among all rows) to the plan, its ids moved by `rebase_by` (`at`, or less
@@ -344,6 +355,7 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
          rows.strings.data());
   w.rows(dataset::string_data, H5T_NATIVE_UINT8, total[kStringBytes], off[kStringBytes], mine[kStringBytes],
          rows.string_data.data());
+  w.rows(dataset::batches, h5::batch_row_type(), total[kBatches], off[kBatches], mine[kBatches], rows.batches.data());
   phases.mark("rows");
   w.int_attribute(kCompleteAttribute, 1);  // the last write: a file without it never finished
   w.close();
@@ -357,7 +369,7 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   }
   if (error.empty() && verify && index == 0) {
     error = verify_metadata(partial, {plan.rank_total, total[kEvents], total[kStacks], total[kStackFrames],
-                                      total[kFrames], total[kStrings], total[kStringBytes]});
+                                      total[kFrames], total[kStrings], total[kStringBytes], total[kBatches]});
   }
   if (verify && index == 0) phases.mark("metadata check");
   const bool verified = all_agree(error.empty(), comm);
@@ -445,7 +457,7 @@ void write_archive_collective(const std::string& path, const ArchiveHeader& head
     offset_stack_ids(events_in_place, shift);
     Counts no_offset = plan.offset;
     no_offset[kStacks] = 0;  // already applied: rebase() must neither copy nor offset again
-    add_rank(plan, RankDump{dump.row, events_in_place, dump.stacks}, no_offset, plan.offset);
+    add_rank(plan, RankDump{dump.row, events_in_place, dump.stacks, dump.batches}, no_offset, plan.offset);
     write_planned(path, header, plan, index, comm);
     return;
   }

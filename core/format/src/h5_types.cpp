@@ -9,6 +9,27 @@
 
 namespace oomflight::h5 {
 
+Handle batch_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(BatchRow)));
+#define OOMFLIGHT_BATCH_FIELD(name, h5type) H5Tinsert(t, #name, offsetof(BatchRow, name), h5type)
+  OOMFLIGHT_BATCH_FIELD(rank, H5T_NATIVE_INT32);
+  OOMFLIGHT_BATCH_FIELD(device, H5T_NATIVE_INT32);
+  OOMFLIGHT_BATCH_FIELD(batch, H5T_NATIVE_INT64);
+  OOMFLIGHT_BATCH_FIELD(start_t_ns, H5T_NATIVE_INT64);
+  OOMFLIGHT_BATCH_FIELD(end_t_ns, H5T_NATIVE_INT64);
+  OOMFLIGHT_BATCH_FIELD(allocated_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(reserved_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(peak_allocated_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(peak_reserved_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(device_capacity_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(device_free_bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(alloc_events, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(free_events, H5T_NATIVE_UINT64);
+  OOMFLIGHT_BATCH_FIELD(oom_events, H5T_NATIVE_UINT64);
+#undef OOMFLIGHT_BATCH_FIELD
+  return t;
+}
+
 Handle fixed_string_type(std::size_t size) {
   Handle t = type(H5Tcopy(H5T_C_S1));
   H5Tset_size(t, size == 0 ? 1 : size);

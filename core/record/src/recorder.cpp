@@ -1,15 +1,56 @@
 // Recorder: the parts that are not on the inline hot path.
 #include "oomflight/record/recorder.hpp"
 
+#include <algorithm>
+
 namespace oomflight {
 namespace {
 bool valid_device(int device) { return device >= 0 && device < kMaxDevices; }
+
+void raise_to(std::atomic<std::uint64_t>& peak, std::uint64_t value) noexcept {
+  std::uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
 }  // namespace
 
-Recorder::Recorder(std::size_t max_entries, bool allow_tsc) : clock_(allow_tsc), ring_(max_entries) {}
+Recorder::Recorder(std::size_t max_entries, bool allow_tsc, std::size_t max_batches)
+    : clock_(allow_tsc), ring_(max_entries), batches_(max_batches) {}
+
+BatchStats Recorder::running_row(const RunningBatch& running, std::int64_t batch, std::int64_t end_t_ns) const {
+  BatchStats row;
+  row.batch = batch;
+  row.start_t_ns = running.start_t_ns;
+  row.end_t_ns = end_t_ns;
+  row.device = current_device();
+  const MemoryStats m = memory(row.device);
+  row.allocated_bytes = m.allocated_bytes;
+  row.reserved_bytes = m.reserved_bytes;
+  row.peak_allocated_bytes = std::max(batch_peak_allocated_.load(std::memory_order_relaxed), m.allocated_bytes);
+  row.peak_reserved_bytes = std::max(batch_peak_reserved_.load(std::memory_order_relaxed), m.reserved_bytes);
+  row.device_capacity_bytes = m.device_capacity_bytes;
+  row.device_free_bytes = m.device_free_bytes;
+  const Ring::ActionCounts now = ring_.action_counts();
+  row.alloc_events = now.allocs - running.counts_at_start.allocs;
+  row.free_events = now.frees - running.counts_at_start.frees;
+  row.oom_events = oom_events() - running.ooms_at_start;
+  return row;
+}
 
 void Recorder::mark_batch(std::int64_t batch) noexcept {
-  batch_.store(batch, std::memory_order_relaxed);
+  {
+    const std::lock_guard lock(batch_mutex_);
+    const std::int64_t now = monotonic_ns();
+    const std::int64_t ended = batch_.load(std::memory_order_relaxed);
+    if (ended >= 0) batches_.push(running_row(running_, ended, now));
+    running_.start_t_ns = now;
+    running_.counts_at_start = ring_.action_counts();
+    running_.ooms_at_start = oom_events();
+    const MemoryStats m = memory(current_device());
+    batch_peak_allocated_.store(m.allocated_bytes, std::memory_order_relaxed);
+    batch_peak_reserved_.store(m.reserved_bytes, std::memory_order_relaxed);
+    batch_.store(batch, std::memory_order_relaxed);
+  }
   record(Action::step, 0, 0, 0, 0);
 }
 
@@ -23,6 +64,8 @@ bool Recorder::set_memory(int device, const MemoryStats& s) noexcept {
   g.capacity.store(s.device_capacity_bytes, std::memory_order_relaxed);
   g.free.store(s.device_free_bytes, std::memory_order_relaxed);
   current_device_.store(device, std::memory_order_relaxed);
+  raise_to(batch_peak_allocated_, s.allocated_bytes);
+  raise_to(batch_peak_reserved_, s.reserved_bytes);
   return true;
 }
 
@@ -42,6 +85,11 @@ FrozenHistory Recorder::freeze(int device) const {
   h.memory = memory(h.device);
   h.batch = batch();
   h.oom_events = oom_events();
+  {
+    const std::lock_guard lock(batch_mutex_);
+    h.batches = batches_.copy();
+    if (h.batch >= 0) h.batches.rows.push_back(running_row(running_, h.batch, 0));  // the batch still running
+  }
   h.ring = ring_.copy();
   // The second anchor after the copy: every copied stamp lies between the two anchors, where the line is exact.
   const ClockAnchor anchor = clock_.anchor();

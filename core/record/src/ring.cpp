@@ -20,6 +20,8 @@ namespace oomflight {
 struct alignas(64) Ring::Writer {
   std::atomic<std::uint64_t> owner{0};   // token of the thread that owns it; 0 when free
   std::atomic<std::uint64_t> pushed{0};  // events pushed through it, all complete: the next event's ordinal
+  std::atomic<std::uint64_t> allocs{0};  // alloc events pushed through it (stored by the owner only)
+  std::atomic<std::uint64_t> frees{0};   // free_completed events pushed through it (stored by the owner only)
   std::uint64_t next = 0;                // the unfinished chunk [next, end): touched by the owner only
   std::uint64_t end = 0;
 };
@@ -163,6 +165,12 @@ bool Ring::push(const Event& event) noexcept {
     slot.tag.store(tag, std::memory_order_relaxed);
     slot.seq.store(2 * i + 2, std::memory_order_release);
     w->pushed.store(ordinal + 1, std::memory_order_release);
+    // Per-batch figures: the owner's own counters, a plain load and store (no locked instruction).
+    if (event.action == Action::alloc) {
+      w->allocs.store(w->allocs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    } else if (event.action == Action::free_completed) {
+      w->frees.store(w->frees.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
     // The next push's slot is the next line of this chunk: start fetching it for writing now, so that its
     // sequence-number load does not stall on a cache miss (the slot array is far larger than L2).
     if (w->next != w->end) __builtin_prefetch(&slots_[w->next & mask_], 1);
@@ -175,6 +183,16 @@ std::uint64_t Ring::recorded() const noexcept {
   std::uint64_t n = dropped_.load(std::memory_order_relaxed);
   for (std::uint64_t w = 0; w < used; ++w) n += writers_[w].pushed.load(std::memory_order_relaxed);
   return n;
+}
+
+Ring::ActionCounts Ring::action_counts() const noexcept {
+  const std::uint64_t used = std::min<std::uint64_t>(writers_used_.load(std::memory_order_acquire), kMaxWriters);
+  ActionCounts c;
+  for (std::uint64_t w = 0; w < used; ++w) {
+    c.allocs += writers_[w].allocs.load(std::memory_order_relaxed);
+    c.frees += writers_[w].frees.load(std::memory_order_relaxed);
+  }
+  return c;
 }
 
 RingCopy Ring::copy() const {

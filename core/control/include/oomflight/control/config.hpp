@@ -26,6 +26,7 @@ struct OOMFLIGHT_API Config {
   bool enabled = true;
   std::string run_name;               ///< empty: generated once by rank 0 and shared with every rank
   std::size_t max_entries = 100000;   ///< ring bound, events per rank
+  std::size_t max_batches = 10000;    ///< per-batch figures kept per rank (rows of /batches)
   FilenameTemplate folder;            ///< folder of every file, relative to the working directory
   FilenameTemplate filename;          ///< archive name (written by all ranks together)
   FilenameTemplate rank_filename;     ///< rank-local file name (written by one rank alone)

@@ -36,6 +36,7 @@ inline constexpr const char* stack_frames = "stack_frames";  ///< uint32 global 
 inline constexpr const char* frames = "frames";              ///< FrameRecord, global string ids
 inline constexpr const char* strings = "strings";            ///< StringRow: offset, length into string_data
 inline constexpr const char* string_data = "string_data";    ///< uint8: UTF-8 bytes, not terminated
+inline constexpr const char* batches = "batches";            ///< BatchRow, by rank then batch (optional: 0.3.0 on)
 }  // namespace dataset
 
 /// Why an archive was written: the root attribute `kind`. One dump path serves every kind.
@@ -110,6 +111,27 @@ struct RankRow {
   std::int64_t anchor_realtime_ns = 0;      ///< utc_ns(t) = t - anchor_monotonic_ns + anchor_realtime_ns
   char host[64] = {};                       ///< NUL-padded
   char reason[256] = {};                    ///< origin: why it dumped (the error message); NUL-padded
+};
+
+/// One row of /batches: one batch of one rank (BatchStats, in record/batch_table.hpp, says what each field is).
+/// Rows are ordered by rank (the order of /ranks), then oldest batch first; the last row of a rank is the batch
+/// running at the freeze (end_t_ns 0). Optional: archives written before 0.3.0 have no /batches, and readers
+/// take that as no rows.
+struct BatchRow {
+  std::int32_t rank = 0;
+  std::int32_t device = 0;
+  std::int64_t batch = -1;
+  std::int64_t start_t_ns = 0;              ///< monotonic ns (the rank's anchors turn it into UTC)
+  std::int64_t end_t_ns = 0;                ///< 0: still running at the freeze
+  std::uint64_t allocated_bytes = 0;        ///< at the end of the batch (or the freeze)
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t peak_allocated_bytes = 0;   ///< the batch's own peak
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t device_capacity_bytes = 0;  ///< 0: unknown
+  std::uint64_t device_free_bytes = 0;      ///< 0: unknown
+  std::uint64_t alloc_events = 0;
+  std::uint64_t free_events = 0;            ///< free_completed events
+  std::uint64_t oom_events = 0;
 };
 
 /// Root attributes.

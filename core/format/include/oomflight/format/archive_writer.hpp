@@ -9,6 +9,7 @@
 
 #include "oomflight/api.h"
 #include "oomflight/format/archive_schema.hpp"
+#include "oomflight/record/batch_table.hpp"
 #include "oomflight/record/stack_table.hpp"
 
 namespace oomflight {
@@ -19,6 +20,7 @@ struct RankDump {
   RankRow row;                          ///< offsets and counts are filled in by the writer
   std::span<const Event> events;        ///< oldest first
   const StackTableCopy* stacks = nullptr;  ///< required
+  std::span<const BatchStats> batches;     ///< per-batch figures, oldest first (written as /batches rows)
 };
 
 /// How much write_archive() does to prove that a file reached the disk before it gets its name.

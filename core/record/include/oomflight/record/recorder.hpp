@@ -4,9 +4,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <span>
 
 #include "oomflight/api.h"
+#include "oomflight/record/batch_table.hpp"
 #include "oomflight/record/clock.hpp"
 #include "oomflight/record/event.hpp"
 #include "oomflight/record/event_clock.hpp"
@@ -40,20 +42,23 @@ struct FrozenHistory {
   std::int64_t freeze_t_ns = 0;       ///< monotonic ns
   std::int64_t anchor_monotonic_ns = 0;  ///< taken back to back with anchor_realtime_ns
   std::int64_t anchor_realtime_ns = 0;
+  /// The per-batch figures, oldest first; the last row is the batch running at the freeze (end_t_ns 0).
+  BatchTableCopy batches;
 };
 
 /// Records events into the ring. One per process.
 ///
-/// Thread-safety: record(), mark_batch() and set_memory() are safe from any thread and lock-free (record() is
-/// the ring's push plus an rdtsc or a CLOCK_MONOTONIC read); intern_stack() takes the stack table's mutex; freeze() may run
-/// concurrently with all of them.
+/// Thread-safety: record() and set_memory() are safe from any thread and lock-free (record() is the ring's push
+/// plus an rdtsc or a CLOCK_MONOTONIC read); mark_batch() takes the batch table's mutex (once per batch);
+/// intern_stack() takes the stack table's mutex; freeze() may run concurrently with all of them.
 class OOMFLIGHT_API Recorder {
  public:
   /// Keeps the newest `max_entries` events. Stamps them with the invariant TSC where there is one and
   /// `allow_tsc` is true (converted to CLOCK_MONOTONIC at freeze), else with CLOCK_MONOTONIC (see EventClock).
-  /// Throws std::invalid_argument when max_entries is outside 1 .. 2^30, std::bad_alloc when the ring (64 bytes
-  /// per slot) cannot be allocated.
-  explicit Recorder(std::size_t max_entries, bool allow_tsc = true);
+  /// Keeps the newest `max_batches` rows of per-batch figures (BatchTable). Throws std::invalid_argument when
+  /// max_entries is outside 1 .. 2^30 or max_batches is 0, std::bad_alloc when the ring (64 bytes per slot)
+  /// cannot be allocated.
+  explicit Recorder(std::size_t max_entries, bool allow_tsc = true, std::size_t max_batches = 10000);
 
   /// Records an event stamped now with the current batch. Returns false if the ring dropped it (see Ring::push).
   /// Units as in Event. Wait-free: no allocation, lock or system call.
@@ -72,7 +77,9 @@ class OOMFLIGHT_API Recorder {
     return ring_.push(e);
   }
 
-  /// Starts batch `batch` (>= 0) and records a `step` event for it.
+  /// Ends the running batch (its row goes to the batch table: the current device's figures, the batch's own
+  /// peaks, its event counts), starts batch `batch` (>= 0) with its peaks reset to the current figures, and
+  /// records a `step` event for it.
   void mark_batch(std::int64_t batch) noexcept;
 
   /// The current batch, -1 before the first mark_batch().
@@ -82,7 +89,8 @@ class OOMFLIGHT_API Recorder {
   std::int32_t intern_stack(std::span<const FrameRef> frames) { return stacks_.intern(frames); }
 
   /// Publishes one device's memory figures (relaxed atomic stores; cheap enough to call after every event) and
-  /// makes it the current device. Returns false, and stores nothing, for a device outside 0 .. kMaxDevices - 1.
+  /// makes it the current device; raises the running batch's own peaks (BatchStats) where these are higher.
+  /// Returns false, and stores nothing, for a device outside 0 .. kMaxDevices - 1.
   bool set_memory(int device, const MemoryStats& stats) noexcept;
   /// The figures last published for `device` (zeros when none, or when the device is out of range).
   MemoryStats memory(int device) const noexcept;
@@ -109,8 +117,20 @@ class OOMFLIGHT_API Recorder {
     std::atomic<std::uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0}, capacity{0}, free{0};
   };
 
+  // The running batch: where its counts started, and its own peaks (raised by set_memory, reset at mark_batch).
+  struct RunningBatch {
+    std::int64_t start_t_ns = 0;
+    Ring::ActionCounts counts_at_start;
+    std::uint64_t ooms_at_start = 0;
+  };
+  BatchStats running_row(const RunningBatch& running, std::int64_t batch, std::int64_t end_t_ns) const;
+
   EventClock clock_;
   Ring ring_;
+  BatchTable batches_;
+  mutable std::mutex batch_mutex_;  // guards running_ (mark_batch and freeze)
+  RunningBatch running_;
+  std::atomic<std::uint64_t> batch_peak_allocated_{0}, batch_peak_reserved_{0};
   StackTable stacks_;
   std::atomic<std::int64_t> batch_{-1};
   std::atomic<std::uint64_t> oom_events_{0};

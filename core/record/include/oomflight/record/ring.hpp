@@ -75,6 +75,13 @@ class OOMFLIGHT_API Ring {
   /// Events offered so far (pushed, including overwritten and dropped ones). Reads every writer's count.
   /// Thread-safe.
   std::uint64_t recorded() const noexcept;
+  /// alloc and free_completed events pushed so far (overwritten ones included, dropped ones not): what the
+  /// per-batch figures count. Each writer counts its own; this sums them. Thread-safe.
+  struct ActionCounts {
+    std::uint64_t allocs = 0;
+    std::uint64_t frees = 0;
+  };
+  ActionCounts action_counts() const noexcept;
   /// The bound given at construction.
   std::size_t max_entries() const noexcept { return max_entries_; }
   /// Slots in the array (a power of two; see the constructor).
