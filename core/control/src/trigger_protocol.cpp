@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "dump_signal.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/record/clock.hpp"
@@ -65,6 +66,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
                                  const DumpExecutor& executor, MPI_Comm comm)
     : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
+  signal_installed_ = install_dump_signal();
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -76,6 +78,7 @@ bool TriggerProtocol::shutdown() {
     std::unique_lock lock(mutex_);
     if (stop_) return !abandoned_;
     stop_ = true;
+    if (signal_installed_) uninstall_dump_signal();
     wake_.notify_all();
     done_.notify_all();
     // A watcher inside a dump may be blocked in an MPI or MPI-IO call that a stalled or dead rank never lets
@@ -141,6 +144,18 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   return last_result_;
 }
 
+void TriggerProtocol::queue_signal_dump() {
+  // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
+  if (pending_ || active_) return;
+  DumpRequest request;
+  request.kind = DumpKind::signal;
+  request.reason = "SIGUSR1 received";
+  FrozenHistory h = recorder_.freeze();
+  announce(request, h.batch);
+  pending_ = Pending{std::move(h), request};
+  pending_epoch_ = epoch_;
+}
+
 void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
   // The root cause first, on this rank's stderr, before any step another rank could block or a teardown could
   // cut short: whatever happens to the dump, the user reads why the job died.
@@ -169,6 +184,7 @@ void TriggerProtocol::watch_until_stopped() {
       // Sleep, not spin: an idle watcher costs one wake-up per poll interval.
       wake_.wait_for(lock, config_.poll_interval, [&] { return stop_ || pending_.has_value(); });
       if (stop_) return;
+      if (take_dump_signal()) queue_signal_dump();
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
     const bool remote = poll_trigger_message();

@@ -54,6 +54,8 @@ class TriggerProtocol {
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
   void announce(const DumpRequest& request, std::int64_t batch) const;
+  // SIGUSR1 arrived: freeze this rank and make it the origin of a signal dump (the watcher, mutex_ held).
+  void queue_signal_dump();
   std::string write_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   void watch();
   void watch_until_stopped();
@@ -90,6 +92,7 @@ class TriggerProtocol {
   DumpResult last_result_;
   std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
+  bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;

@@ -167,6 +167,10 @@ OOMFLIGHT_API int oomflight_launched_by_mpi(void);
  *  it joins the job's control plane: if MPI is not initialised yet it initialises it with MPI_THREAD_MULTIPLE (and
  *  oomflight_shutdown finalises it); this call is then collective over MPI_COMM_WORLD. Otherwise it runs as a
  *  single process (world size 1) and makes no MPI call.
+ *  Under MPI it also installs a SIGUSR1 handler when SIGUSR1 is at its default action (a handler the process has
+ *  is kept; one it installs later replaces oomflight's): SIGUSR1 to any rank then dumps every rank into one
+ *  archive of kind "signal", from oomflight's own thread, and training goes on. oomflight_shutdown restores the
+ *  default.
  *  Returns OOMFLIGHT_OK, OOMFLIGHT_ECONFIG (a bad variable), OOMFLIGHT_ENOMEM (the ring of OOMFLIGHT_MAX_ENTRIES
  *  events cannot be allocated), OOMFLIGHT_EMPI (MPI_Init_thread failed), OOMFLIGHT_ESTATE (already initialised)
  *  or OOMFLIGHT_EINTERNAL. */

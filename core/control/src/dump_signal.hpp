@@ -1,0 +1,22 @@
+// SIGUSR1 asks for a dump of every rank (kind "signal"), as `kill -USR1 <pid>` of any one rank.
+//
+// The handler only sets a flag (async-signal-safe); the watcher thread sees it at its next poll (within
+// OOMFLIGHT_POLL_INTERVAL), freezes this rank's history and becomes the dump's origin, so the training thread is
+// never interrupted for more than the handler's one store. SIGUSR1's default action kills the process, so a job
+// that relies on the default has none; a job (or a framework: PyTorch Lightning requeues SLURM jobs on SIGUSR1)
+// that installed its own handler keeps it: the handler is installed only over the default, and a handler the job
+// installs later replaces it.
+#pragma once
+
+namespace oomflight {
+
+/// Installs the handler when SIGUSR1 is at its default action. Returns whether it did. Call once per session.
+bool install_dump_signal();
+
+/// Puts the default action back if the handler installed is still oomflight's.
+void uninstall_dump_signal();
+
+/// Whether SIGUSR1 arrived since the last call (and clears it). Thread-safe.
+bool take_dump_signal();
+
+}  // namespace oomflight

@@ -1,0 +1,115 @@
+"""SIGUSR1 to one rank of a running 4-rank job: every rank dumps into one archive of kind "signal", and training
+goes on to its normal end. The archive's per-batch table is checked against the trace: every step of the replay
+is the same trace, so every ended batch of every rank has the same alloc count and the same own peak, the peak
+the replay itself reports.
+
+Usage: signal_dump.py OOMFLIGHT_CLI SNAPSHOT_DIR
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+import h5py
+
+CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
+TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
+       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
+
+
+def replay_pid(rank: int):
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"replay" in cmd and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def catches_sigusr1(pid: int) -> bool:
+    """Whether the process has a handler for SIGUSR1 (oomflight's session has started): /proc's SigCgt mask."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)
+    return bool(mask) and (int(mask.group(1), 16) & SIGUSR1_BIT) != 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (/proc/PID/stat): how far it got, whatever the machine's load."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class SignalDump(unittest.TestCase):
+    def test_sigusr1_to_one_rank_dumps_every_rank_and_training_goes_on(self):
+        work = Path(tempfile.mkdtemp(prefix="oomflight-signal-"))
+        cmd = ["mpirun", "--oversubscribe", "-np", "4", CLI, "run", "--run-name", "sig", "--", CLI, "replay", TRACE,
+               "--device-memory", "64GiB", "--steps", "1500"]
+        proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        # Rank 1, once its session is up (before that, SIGUSR1's default action would kill it).
+        deadline = time.monotonic() + 60
+        pid = None
+        while time.monotonic() < deadline and not (pid and catches_sigusr1(pid)):
+            pid = replay_pid(1)
+            time.sleep(0.01)
+        self.assertTrue(pid and catches_sigusr1(pid), "rank 1 never installed its SIGUSR1 handler")
+        # Into the training loop: reading the 3.2 MB trace takes about 0.2 s of CPU, a step about 10 ms.
+        while time.monotonic() < deadline and cpu_seconds(pid) < 1.0:
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 0, out)
+        for rank in range(4):
+            self.assertIn(f"rank {rank}: replayed 1500 step(s)", out, "training must go on after the dump")
+        self.assertIn("oomflight[rank 1] info: rank 1 asked for a signal dump at batch", out)
+        archives = sorted((work / "sig" / "oomflight").glob("*.h5"))
+        self.assertEqual(len(archives), 1, f"{archives}\n{out}")
+        self.assertRegex(archives[0].name, r"^signal\.\d+\.h5$")
+        peak = re.search(r"rank 0: replayed 1500 step\(s\) of .*: peak reserved [\d.]+ GiB of 64.00 GiB, "
+                         r"peak allocated ([\d.]+) GiB", out)
+        self.assertTrue(peak, out)
+        with h5py.File(archives[0], "r") as f:
+            self.assertEqual(f.attrs["kind"], b"signal")
+            self.assertEqual(list(f.attrs["origin_ranks"]), [1])
+            self.assertEqual(list(f.attrs["ranks_present"]), [0, 1, 2, 3])
+            self.assertEqual(f.attrs["reason"], b"rank 1: SIGUSR1 received")
+            batches = f["batches"][...]
+            ranks = f["ranks"][...]
+        counts = set()
+        for row in ranks:
+            rank = int(row["rank"])
+            mine = batches[batches["rank"] == rank]
+            self.assertGreater(len(mine), 2, f"rank {rank} has {len(mine)} batch rows")
+            self.assertEqual(list(mine["batch"]), list(range(int(mine["batch"][0]), int(mine["batch"][-1]) + 1)))
+            self.assertEqual(int(mine["batch"][-1]), int(row["batch"]), "the last row is the running batch")
+            self.assertEqual(int(mine["end_t_ns"][-1]), 0)
+            ended = mine[1:-1]  # the first kept batch may have started before the session saw a full step
+            self.assertTrue((ended["end_t_ns"] > ended["start_t_ns"]).all())
+            counts.update(int(n) for n in ended["alloc_events"])
+            for own_peak in ended["peak_allocated_bytes"]:
+                self.assertAlmostEqual(own_peak / 2**30, float(peak.group(1)), delta=0.006)
+            self.assertTrue((ended["oom_events"] == 0).all())
+        self.assertEqual(len(counts), 1, f"every step replays the same trace: alloc counts {counts}")
+        self.assertGreater(counts.pop(), 1000)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
