@@ -1,6 +1,8 @@
 // Configuration: defaults, errors naming variable and value, and the README's generated table.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -77,6 +79,26 @@ TEST(Config, SettingsThatDefeatTheDumpTogetherAreRefused) {
       << message;
   EXPECT_EQ(error_of({{"OOMFLIGHT_POLL_INTERVAL", "500ms"}, {"OOMFLIGHT_DUMP_TIMEOUT", "2s"}}), "");
   EXPECT_NE(error_of({{"OOMFLIGHT_MAX_ENTRIES", "1073741824"}}).find("more than half of this machine's"),
+            std::string::npos);
+}
+
+// Composer's names and meanings: skip_batches, interval in batches ('3ba'), and a repeat (torchtitan's
+// profile_freq). Off unless one is set; each error names the variable, the value and what is wrong.
+TEST(Config, SnapshotScheduleIsParsedAndChecked) {
+  EXPECT_FALSE(Config::defaults().snapshots());
+  EXPECT_EQ(error_of({{"OOMFLIGHT_INTERVAL", "3ba"}}), "");
+  for (const auto& [name, value, words] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"OOMFLIGHT_INTERVAL", "3ep", "OOMFLIGHT_INTERVAL='3ep': unit 'ep' is not one oomflight counts"},
+           {"OOMFLIGHT_INTERVAL", "3", "OOMFLIGHT_INTERVAL='3': has no unit: write batches as '3ba'"},
+           {"OOMFLIGHT_SNAPSHOT_EVERY", "ba", "OOMFLIGHT_SNAPSHOT_EVERY='ba': not a time string in batches"},
+           {"OOMFLIGHT_INTERVAL", "0ba", "OOMFLIGHT_INTERVAL='0ba'"},
+           {"OOMFLIGHT_SKIP_BATCHES", "-1", "OOMFLIGHT_SKIP_BATCHES='-1': not an integer"},
+       }) {
+    const std::string message = error_of({{name, value}});
+    EXPECT_NE(message.find(words), std::string::npos) << message;
+  }
+  EXPECT_NE(error_of({{"OOMFLIGHT_INTERVAL", "5ba"}, {"OOMFLIGHT_SNAPSHOT_EVERY", "2ba"}})
+                .find("OOMFLIGHT_INTERVAL=5ba is longer than OOMFLIGHT_SNAPSHOT_EVERY=2ba"),
             std::string::npos);
 }
 

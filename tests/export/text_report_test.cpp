@@ -53,9 +53,10 @@ TEST(TextReport, PerBatchPeaksShowWhichRankDrifted) {
   }
   const std::string text = render_report(a, analyze(a, 2), 1);
   for (const char* expected : {
-           "per-batch peak allocated (each batch's own peak; the last 3 of 3 batches, * still running at the dump):\n",
+           "per-batch peak allocated (each batch's own peak; the last 3 of 3 batches, * still running at the dump; "
+           "growth and share over the ended ones):\n",
            "     2   10.00 GiB   11.00 GiB  12.00 GiB*   +2.00 GiB     30.0%  <- out of memory\n",
-           "     0   10.00 GiB   10.00 GiB  10.00 GiB*        +0 B     25.0%\n",
+           "     0   10.00 GiB   10.00 GiB  10.00 GiB*        +0 B     25.0%\n",  // ended batches 0 and 1
            "  rank 2's peak grew the most over batches 0 to 2: +2.00 GiB (the median rank: +0 B)\n",
        }) {
     EXPECT_NE(text.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << text;

@@ -231,8 +231,10 @@ int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint6
 int oomflight_mark_batch(int64_t batch) {
   if (!g_session) return not_initialised("oomflight_mark_batch");
   if (batch < 0) return failf(OOMFLIGHT_EINVAL, "oomflight_mark_batch: batch {} is negative", batch);
-  g_session->recorder().mark_batch(batch);
-  return OOMFLIGHT_OK;
+  return guarded("oomflight_mark_batch", [&]() -> int {
+    g_session->mark_batch(batch);
+    return OOMFLIGHT_OK;
+  });
 }
 
 int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, int32_t* stack_id) {

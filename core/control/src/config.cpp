@@ -42,6 +42,20 @@ std::chrono::milliseconds parse_positive_duration(std::string_view text, std::ch
   return d;
 }
 
+// A Composer time string in batches ("3ba"), the only unit a rank's recorder counts. Other Composer units (ep,
+// sp, tok, dur) are named in the error: they are valid for Composer, not here.
+std::int64_t parse_batches(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string_view unit = text.substr(digits);
+  if (digits == 0) throw std::invalid_argument("not a time string in batches such as '3ba'");
+  if (unit != "ba") {
+    if (unit.empty()) throw std::invalid_argument("has no unit: write batches as '3ba' (Composer's time strings)");
+    throw std::invalid_argument(fmt::format("unit '{}' is not one oomflight counts: only batches, as '3ba'", unit));
+  }
+  return static_cast<std::int64_t>(parse_positive(text.substr(0, digits), std::size_t{1} << 40));
+}
+
 // The ring's memory for `entries` (Ring's slot array: 64 bytes a slot, the next power of two above entries plus
 // the writers' room), against half of this machine's memory: refused at start-up with the figure, never a
 // std::bad_alloc later.
@@ -95,6 +109,25 @@ std::vector<OptionSpec> make_table() {
        "Batches whose memory figures each rank keeps (allocated, reserved, the batch's own peaks, event counts; "
        "112 bytes a batch): hours of training at the default. Every archive holds them.",
        [](Config& c, std::string_view v) { c.max_batches = parse_positive(v, std::size_t{10000000}); }},
+      {"OOMFLIGHT_SKIP_BATCHES", "integer", "",
+       "Snapshots: batches to skip before the first window (Composer's skip_batches; 1 when only another schedule "
+       "variable is set). Setting any of the three schedule variables turns interval snapshots on.",
+       [](Config& c, std::string_view v) {
+         if (v.empty()) return;
+         c.skip_batches = v == "0" ? 0 : static_cast<std::int64_t>(parse_positive(v, std::size_t{1} << 40));
+       }},
+      {"OOMFLIGHT_INTERVAL", "batches", "",
+       "Snapshots: the window's length, a Composer time string in batches ('3ba'; Composer's interval): every rank "
+       "records batches [skip, skip + interval) and all ranks write them as one archive of kind snapshot. Default "
+       "3ba, or OOMFLIGHT_SNAPSHOT_EVERY when that is set.",
+       [](Config& c, std::string_view v) {
+         if (!v.empty()) c.interval_batches = parse_batches(v);
+       }},
+      {"OOMFLIGHT_SNAPSHOT_EVERY", "batches", "",
+       "Snapshots: repeat the window every this many batches ('100ba'; torchtitan's profile_freq). Unset: one window.",
+       [](Config& c, std::string_view v) {
+         if (!v.empty()) c.snapshot_every_batches = parse_batches(v);
+       }},
       {"OOMFLIGHT_FOLDER", "template", "{run_name}/oomflight",
        "Folder for archives and rank-local files, relative to the working directory.",
        [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},
@@ -154,6 +187,11 @@ void apply_checked(const OptionSpec& spec, Config& config, std::string_view valu
 
 // Settings that each parse but defeat the dump together.
 void check_together(const Config& c) {
+  if (c.interval_batches && c.snapshot_every_batches && *c.interval_batches > *c.snapshot_every_batches) {
+    throw ConfigError(fmt::format("OOMFLIGHT_INTERVAL={}ba is longer than OOMFLIGHT_SNAPSHOT_EVERY={}ba: windows "
+                                  "would overlap",
+                                  *c.interval_batches, *c.snapshot_every_batches));
+  }
   // A rank notices a trigger only at its next poll: with polls as long as the deadline, every other rank would
   // arrive after it and only the origin's history would be kept.
   if (c.poll_interval * 4 > c.dump_timeout) {

@@ -8,12 +8,13 @@
 #include "oomflight/base/units.hpp"
 #include "oomflight/control/mpi_job.hpp"
 #include "oomflight/format/collective_writer.hpp"
+#include "snapshot_events.hpp"
 #include "trigger_protocol.hpp"
 
 namespace oomflight {
 
 Session::Session(Config config, MPI_Comm world)
-    : config_(std::move(config)), recorder_(config_.max_entries, true, config_.max_batches) {
+    : config_(std::move(config)), recorder_(config_.max_entries, true, config_.max_batches), schedule_(config_) {
   set_log_level(config_.log_level);
   keep_hdf5_out_of_process_exit();
   MPI_Comm comm = MPI_COMM_NULL;
@@ -39,14 +40,61 @@ Session::Session(Config config, MPI_Comm world)
 }
 
 Session::~Session() {
-  if (!shutdown()) {
+  if (!shutdown(false)) {
     // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
     (void)protocol_.release();
     (void)executor_.release();
   }
 }
 
-bool Session::shutdown() { return protocol_ ? protocol_->shutdown() : true; }
+bool Session::shutdown(bool normal_end) {
+  {
+    std::lock_guard lock(batch_mutex_);
+    if (!shut_down_ && normal_end && config_.enabled) {
+      // A normal end ends the running batch: a window whose last batch it is closes now, and is written
+      // before the watcher stops (every rank shuts down alike; bounded by the dump deadline).
+      if (const auto w = schedule_.closed_at_end(recorder_.batch())) take_snapshot(*w);
+    }
+    shut_down_ = true;
+  }
+  if (normal_end && protocol_ && !protocol_->drain_snapshots(config_.dump_timeout)) {
+    log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
+               "end of its window); it is dropped");
+  }
+  return protocol_ ? protocol_->shutdown() : true;
+}
+
+void Session::mark_batch(std::int64_t batch) {
+  std::lock_guard lock(batch_mutex_);
+  const std::int64_t previous = recorder_.batch();
+  recorder_.mark_batch(batch);
+  if (!config_.enabled || shut_down_) return;
+  if (const auto w = schedule_.closed_by(previous, batch)) take_snapshot(*w);
+}
+
+void Session::take_snapshot(const SnapshotWindow& window) {
+  try {
+    FrozenHistory h = recorder_.freeze();
+    if (protocol_) {
+      protocol_->queue_snapshot(std::move(h), window);
+      return;
+    }
+    // One process: no watcher, no other rank to wait for; written here.
+    std::vector<Event> events = snapshot_events(h.ring.events, window.first, window.last);
+    ArchiveHeader header = executor_->header(
+        DumpKind::snapshot, fmt::format("snapshot of batches {} to {}", window.first, window.last), {},
+        {identity_.rank});
+    header.window_first_batch = window.first;
+    header.window_last_batch = window.last;
+    DumpRequest request;
+    request.kind = DumpKind::snapshot;
+    const std::string path = executor_->archive_path(DumpKind::snapshot, window.first);
+    write_archive(path, header, RankDump{executor_->rank_row(h, false, request), events, &h.stacks, h.batches.rows});
+    log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
+  } catch (const std::exception& e) {
+    log().error("snapshot of batches {} to {} not written: {}", window.first, window.last, e.what());
+  }
+}
 
 DumpResult Session::dump(const DumpRequest& request) {
   if (!config_.enabled) {

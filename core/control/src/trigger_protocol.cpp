@@ -20,6 +20,8 @@
 #include <fmt/format.h>
 
 #include "dump_signal.hpp"
+#include "oomflight/format/collective_writer.hpp"
+#include "snapshot_events.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/record/clock.hpp"
@@ -67,6 +69,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
     : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
   signal_installed_ = install_dump_signal();
+  if (config_.snapshots()) MPI_Comm_dup(comm_, &snapshot_comm_);  // collective, like this constructor
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -106,6 +109,7 @@ bool TriggerProtocol::shutdown() {
   }
   // A communicator with an abandoned collective on it must not be freed (the collective still refers to it).
   if (!broken_) MPI_Comm_free(&comm_);
+  if (snapshot_comm_ != MPI_COMM_NULL && snapshot_barrier_ == MPI_REQUEST_NULL) MPI_Comm_free(&snapshot_comm_);
   return true;
 }
 
@@ -189,6 +193,84 @@ void TriggerProtocol::watch_until_stopped() {
     }
     const bool remote = poll_trigger_message();
     if (local || remote) run_dump();
+    poll_snapshots();
+  }
+}
+
+void TriggerProtocol::queue_snapshot(FrozenHistory history, const SnapshotWindow& window) {
+  std::lock_guard lock(mutex_);
+  if (stop_ || snapshot_comm_ == MPI_COMM_NULL) return;
+  snapshots_.push_back(PendingSnapshot{std::move(history), window});
+  wake_.notify_one();
+}
+
+bool TriggerProtocol::drain_snapshots(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return done_.wait_for(lock, timeout, [&] { return stop_ || (snapshots_.empty() && !snapshot_writing_); });
+}
+
+void TriggerProtocol::poll_snapshots() {
+  {
+    std::lock_guard lock(mutex_);
+    if (snapshots_.empty()) return;
+  }
+  // The k-th barrier of every rank is its k-th window: it completes when every rank has queued that window.
+  if (snapshot_barrier_ == MPI_REQUEST_NULL) MPI_Ibarrier(snapshot_comm_, &snapshot_barrier_);
+  int complete = 0;
+  MPI_Test(&snapshot_barrier_, &complete, MPI_STATUS_IGNORE);  // sets it back to MPI_REQUEST_NULL when complete
+  if (!complete) return;
+  PendingSnapshot s;
+  {
+    std::lock_guard lock(mutex_);
+    s = std::move(snapshots_.front());
+    snapshots_.pop_front();
+    snapshot_writing_ = true;
+  }
+  write_snapshot(s);
+  std::lock_guard lock(mutex_);
+  snapshot_writing_ = false;
+  done_.notify_all();
+}
+
+void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
+  const std::int64_t start = monotonic_ns();
+  const SnapshotWindow& w = s.window;
+  // The first rank names the archive (folder created, a unique name chosen) and tells the others.
+  std::array<char, 4096> path{};
+  if (id_.rank == 0) {
+    try {
+      const std::string p = executor_.archive_path(DumpKind::snapshot, w.first);
+      if (p.size() < path.size()) std::memcpy(path.data(), p.c_str(), p.size() + 1);
+    } catch (const std::exception& e) {
+      log().error("snapshot of batches {} to {}: {}", w.first, w.last, e.what());
+    }
+  }
+  MPI_Bcast(path.data(), static_cast<int>(path.size()), MPI_CHAR, 0, snapshot_comm_);
+  if (path[0] == '\0') {
+    log().error("snapshot of batches {} to {} not written: the first rank could not name its archive", w.first,
+                w.last);
+    return;
+  }
+  std::vector<std::int32_t> present(static_cast<std::size_t>(id_.world_size));
+  for (int r = 0; r < id_.world_size; ++r) present[static_cast<std::size_t>(r)] = r;
+  ArchiveHeader header =
+      executor_.header(DumpKind::snapshot, fmt::format("snapshot of batches {} to {}", w.first, w.last), {}, present);
+  header.window_first_batch = w.first;
+  header.window_last_batch = w.last;
+  DumpRequest request;
+  request.kind = DumpKind::snapshot;
+  const RankRow row = executor_.rank_row(s.history, false, request);
+  std::vector<Event> events = snapshot_events(s.history.ring.events, w.first, w.last);
+  try {
+    write_archive_collective(path.data(), header, RankDump{row, events, &s.history.stacks, s.history.batches.rows},
+                             snapshot_comm_, events);
+  } catch (const std::exception& e) {
+    log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
+    return;
+  }
+  if (id_.rank == 0) {
+    log().info("snapshot of batches {} to {}: archive {} written by {} ranks in {}", w.first, w.last, path.data(),
+               id_.world_size, format_seconds(seconds_since(start)));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/record/recorder.hpp"
 #include "protocol_messages.hpp"
+#include "oomflight/control/snapshot_schedule.hpp"
 
 namespace oomflight {
 
@@ -33,6 +35,14 @@ class TriggerProtocol {
   /// process join the same dump when they can.
   DumpResult request(const DumpRequest& request);
 
+  /// Hands a snapshot window's frozen history to the watcher and returns at once (the training thread never waits
+  /// for another rank). The watcher writes it with every rank as one archive of kind snapshot once every rank has
+  /// handed over the same window (an MPI_Ibarrier on a communicator of the snapshots' own, polled). Thread-safe.
+  void queue_snapshot(FrozenHistory history, const SnapshotWindow& window);
+
+  /// Waits until every queued snapshot is written, at most `timeout`. Returns whether they all were.
+  bool drain_snapshots(std::chrono::milliseconds timeout);
+
   /// Stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
   /// A watcher stuck in a dump's MPI call (a stalled or dead rank) is waited for only until that dump's bound,
   /// 3 x OOMFLIGHT_DUMP_TIMEOUT from its start; then it is detached and shutdown() returns false: the object,
@@ -44,6 +54,13 @@ class TriggerProtocol {
     FrozenHistory history;
     DumpRequest request;
   };
+  struct PendingSnapshot {
+    FrozenHistory history;
+    SnapshotWindow window;
+  };
+  // The watcher: when every rank has queued the front snapshot, writes it (else returns at once).
+  void poll_snapshots();
+  void write_snapshot(PendingSnapshot& s);
 
   // What a rank knows of a dump on its own (before or without the votes): origins, batch, kind, its header.
   struct LocalView {
@@ -100,6 +117,10 @@ class TriggerProtocol {
   std::set<int> heard_origins_;  // origins named by trigger messages in this dump
   std::int64_t heard_batch_ = -1;
   DumpKind heard_kind_ = DumpKind::oom;
+  std::deque<PendingSnapshot> snapshots_;  // queued by training threads, written by the watcher, in order
+  bool snapshot_writing_ = false;          // the watcher holds the front one
+  MPI_Comm snapshot_comm_ = MPI_COMM_NULL; // the snapshots' own: their barriers never meet a dump's collectives
+  MPI_Request snapshot_barrier_ = MPI_REQUEST_NULL;  // posted for the front snapshot, not complete yet
   std::thread watcher_;
 };
 

@@ -41,8 +41,9 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
   if (batches.empty()) return {};
   const std::size_t total = batches.size();
   if (batches.size() > columns) batches.erase(batches.begin(), batches.end() - static_cast<std::ptrdiff_t>(columns));
-  std::string out = fmt::format("per-batch peak allocated (each batch's own peak; the last {} of {} batches{}):\n",
-                                batches.size(), total, ", * still running at the dump");
+  std::string out = fmt::format("per-batch peak allocated (each batch's own peak; the last {} of {} batches, * still "
+                                "running at the dump; growth and share over the ended ones):\n",
+                                batches.size(), total);
   out += fmt::format("  {:>4}", "rank");
   for (const auto b : batches) out += fmt::format(" {:>11}", b);
   out += fmt::format(" {:>11} {:>9}\n", "growth", "of cap.");
@@ -55,6 +56,8 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
     const auto rows = a.batches_of(s.row.rank);
     if (rows.empty()) continue;
     out += fmt::format("  {:>4}", s.row.rank);
+    // Growth over the ended batches shown: a batch still running has only a partial peak (unless it is the
+    // only one, or the rank's failing batch, where the partial peak is the point).
     const BatchRow* first = nullptr;
     const BatchRow* last = nullptr;
     for (const auto b : batches) {
@@ -63,8 +66,11 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
         out += fmt::format(" {:>11}", "-");
         continue;
       }
-      if (first == nullptr) first = &*it;
-      last = &*it;
+      const bool counts = it->end_t_ns != 0 || s.row.is_origin || last == nullptr;
+      if (counts) {
+        if (first == nullptr) first = &*it;
+        last = &*it;
+      }
       out += fmt::format(" {:>11}", format_bytes(it->peak_allocated_bytes) + (it->end_t_ns == 0 ? "*" : ""));
     }
     if (first != nullptr) {
@@ -84,9 +90,13 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
     std::sort(growth.begin(), growth.end(), [&](const Growth& x, const Growth& y) { return grew(x) > grew(y); });
     const Growth& most = growth.front();
     const Growth& median = growth[growth.size() / 2];
-    out += fmt::format("  rank {}'s peak grew the most over batches {} to {}: {} (the median rank: {})\n", most.rank,
-                       batches.front(), batches.back(), signed_bytes(most.to, most.from),
-                       signed_bytes(median.to, median.from));
+    if (most.to > most.from) {
+      out += fmt::format("  rank {}'s peak grew the most over batches {} to {}: {} (the median rank: {})\n",
+                         most.rank, batches.front(), batches.back(), signed_bytes(most.to, most.from),
+                         signed_bytes(median.to, median.from));
+    } else {
+      out += fmt::format("  no rank's peak grew over batches {} to {}\n", batches.front(), batches.back());
+    }
   }
   return out;
 }
@@ -106,9 +116,14 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                    h.schema_version));
   line(fmt::format("world size {}, ranks present {} ({} of {})", h.world_size, fmt::join(h.ranks_present, ","),
                    h.ranks_present.size(), h.world_size));
+  if (h.window_first_batch >= 0) {
+    line(fmt::format("window: batches {} to {} (the events of these batches, after the allocator state at the "
+                     "start of batch {})",
+                     h.window_first_batch, h.window_last_batch, h.window_first_batch));
+  }
   line("");
   if (pm.origins.empty()) {
-    line("origin: none recorded");
+    line(h.kind == "snapshot" ? "origin: none (a scheduled snapshot)" : "origin: none recorded");
   } else {
     line(fmt::format("origin: {}{}", ranks_text(pm.origins),
                      pm.origins.size() > 1 ? fmt::format(" (rank {} failed first)", pm.first_origin) : ""));

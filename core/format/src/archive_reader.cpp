@@ -52,6 +52,17 @@ class Reader {
     return value;
   }
 
+  std::int64_t int64_attribute(const char* name) const {
+    auto a = h5::attr(H5Aopen(file_, name, H5P_DEFAULT));
+    if (!a.valid()) fail(fmt::format("root attribute '{}' is missing", name));
+    auto s = h5::space(H5Aget_space(a));
+    std::int64_t value = 0;
+    if (H5Sget_simple_extent_npoints(s) != 1 || H5Aread(a, H5T_NATIVE_INT64, &value) < 0) {
+      fail(fmt::format("root attribute '{}' is not a single integer", name));
+    }
+    return value;
+  }
+
   bool has_dataset(const char* name) const { return H5Lexists(file_, name, H5P_DEFAULT) > 0; }
 
   std::vector<std::int32_t> int_attribute(const char* name) const {
@@ -260,6 +271,14 @@ Archive read_archive(const std::string& path) {
   const auto world = r.int_attribute("world_size");
   a.header.world_size = world.empty() ? 0 : world[0];
   a.header.ranks_present = r.int_attribute("ranks_present");
+  if (H5Aexists(r.file(), "window_first_batch") > 0) {
+    a.header.window_first_batch = r.int64_attribute("window_first_batch");
+    a.header.window_last_batch = r.int64_attribute("window_last_batch");
+    if (a.header.window_first_batch < 0 || a.header.window_last_batch < a.header.window_first_batch) {
+      r.fail(fmt::format("root attributes 'window_first_batch' {} and 'window_last_batch' {} are not a window",
+                         a.header.window_first_batch, a.header.window_last_batch));
+    }
+  }
 
   a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
   a.events = r.rows<Event>(dataset::events, h5::event_type());

@@ -143,6 +143,12 @@ class Writer {
     check(a.valid() && H5Awrite(a, H5T_NATIVE_INT32, &value) >= 0, name);
   }
 
+  void int64_attribute(const char* name, std::int64_t value) {
+    auto s = h5::space(H5Screate(H5S_SCALAR));
+    auto a = h5::attr(H5Acreate2(file_, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT));
+    check(a.valid() && H5Awrite(a, H5T_NATIVE_INT64, &value) >= 0, name);
+  }
+
   void int_array_attribute(const char* name, const std::vector<std::int32_t>& values) {
     const hsize_t n = values.size();
     auto s = h5::space(H5Screate_simple(1, &n, nullptr));
@@ -338,6 +344,10 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   w.int_array_attribute("origin_ranks", header.origin_ranks);
   w.int_attribute("world_size", header.world_size);
   w.int_array_attribute("ranks_present", header.ranks_present);
+  if (header.window_first_batch >= 0) {
+    w.int64_attribute("window_first_batch", header.window_first_batch);
+    w.int64_attribute("window_last_batch", header.window_last_batch);
+  }
 
   const Counts& off = plan.offset;
   const Counts& total = plan.total;

@@ -27,6 +27,12 @@ struct OOMFLIGHT_API Config {
   std::string run_name;               ///< empty: generated once by rank 0 and shared with every rank
   std::size_t max_entries = 100000;   ///< ring bound, events per rank
   std::size_t max_batches = 10000;    ///< per-batch figures kept per rank (rows of /batches)
+  /// The snapshot schedule (Composer's MemorySnapshot names): batches skipped before the first window, the
+  /// window's length, and how often it repeats. Each is set only when its variable is; snapshots are on when any
+  /// is (snapshot_window() gives the effective values).
+  std::optional<std::int64_t> skip_batches;
+  std::optional<std::int64_t> interval_batches;
+  std::optional<std::int64_t> snapshot_every_batches;
   FilenameTemplate folder;            ///< folder of every file, relative to the working directory
   FilenameTemplate filename;          ///< archive name (written by all ranks together)
   FilenameTemplate rank_filename;     ///< rank-local file name (written by one rank alone)
@@ -46,6 +52,10 @@ struct OOMFLIGHT_API Config {
 
   /// The defaults, as the table gives them.
   static Config defaults();
+
+  /// Whether a snapshot schedule is set (any of OOMFLIGHT_SKIP_BATCHES, OOMFLIGHT_INTERVAL,
+  /// OOMFLIGHT_SNAPSHOT_EVERY).
+  bool snapshots() const { return skip_batches || interval_batches || snapshot_every_batches; }
 };
 
 /// One configuration option.

@@ -145,6 +145,10 @@ struct ArchiveHeader {
   std::vector<std::int32_t> origin_ranks;
   std::int32_t world_size = 1;
   std::vector<std::int32_t> ranks_present;
+  /// Snapshots (kind "snapshot"): the window's first and last batch, root attributes `window_first_batch` and
+  /// `window_last_batch` (int64). -1 and not written for every other kind.
+  std::int64_t window_first_batch = -1;
+  std::int64_t window_last_batch = -1;
 };
 
 /// Copies `text` into a fixed NUL-padded field, cutting it if it is too long.

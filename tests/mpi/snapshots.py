@@ -1,0 +1,120 @@
+"""Interval-scoped snapshots under real mpirun: 4 ranks replay the full-step transformer trace for 6 batches.
+
+- OOMFLIGHT_SKIP_BATCHES=1 OOMFLIGHT_INTERVAL=3ba: exactly one archive, kind snapshot, window 1..3, every rank;
+  for every rank, the events of batches 1 to 3 and nothing later, and before them only the allocator state at
+  the window's start (allocs and segment allocs of batch 0 still live then); the per-batch table.
+- OOMFLIGHT_SKIP_BATCHES=0 OOMFLIGHT_SNAPSHOT_EVERY=2ba: three archives, windows 0-1, 2-3 and 4-5 (the last one
+  closed by the job's normal end). Batch 0 is the trace itself: as many events as the pickle's device trace,
+  event for event (action and size); batches 1, 2 and 3 match the first run's, event for event.
+
+Usage: snapshots.py OOMFLIGHT_CLI SNAPSHOT_DIR
+"""
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import h5py
+
+CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
+TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
+       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+           "segment_unmap", "oom", "snapshot", "step"]
+
+
+def run(work: Path, run_name: str, settings: dict) -> str:
+    cmd = ["mpirun", "--oversubscribe", "-np", "4"]
+    for k, v in settings.items():
+        cmd += ["-x", f"{k}={v}"]
+    cmd += [CLI, "run", "--run-name", run_name, "--", CLI, "replay", TRACE, "--device-memory", "64GiB", "--steps", "6"]
+    r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout + r.stderr
+
+
+def events(path: Path) -> dict:
+    """rank -> list of (batch, action, addr, size)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        ev = f["events"][...]
+        for row in f["ranks"][...]:
+            e = ev[int(row["event_offset"]):int(row["event_offset"]) + int(row["event_count"])]
+            out[int(row["rank"])] = list(zip(e["batch"].tolist(), e["action"].tolist(), e["addr"].tolist(),
+                                             e["size"].tolist()))
+    return out
+
+
+def of_batch(rows: list, batch: int) -> list:
+    return [(a, addr, size) for b, a, addr, size in rows if b == batch]
+
+
+class Snapshots(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = Path(tempfile.mkdtemp(prefix="oomflight-snapshots-"))
+        cls.out_once = run(cls.work, "once", {"OOMFLIGHT_SKIP_BATCHES": "1", "OOMFLIGHT_INTERVAL": "3ba"})
+        cls.out_every = run(cls.work, "every", {"OOMFLIGHT_SKIP_BATCHES": "0", "OOMFLIGHT_SNAPSHOT_EVERY": "2ba"})
+        with open(TRACE, "rb") as f:
+            cls.trace = pickle.load(f)["device_traces"][0]
+
+    def test_one_window_skip_1_interval_3(self):
+        folder = self.work / "once" / "oomflight"
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["snapshot.1.h5"], self.out_once)
+        path = folder / "snapshot.1.h5"
+        with h5py.File(path, "r") as f:
+            self.assertEqual(f.attrs["kind"], b"snapshot")
+            self.assertEqual((int(f.attrs["window_first_batch"]), int(f.attrs["window_last_batch"])), (1, 3))
+            self.assertEqual(list(f.attrs["ranks_present"]), [0, 1, 2, 3])
+            self.assertEqual(list(f.attrs["origin_ranks"]), [])
+            batches = f["batches"][...]
+        got = events(path)
+        self.assertEqual(sorted(got), [0, 1, 2, 3])
+        for rank, rows in got.items():
+            self.assertEqual(sorted({b for b, *_ in rows}), [0, 1, 2, 3], f"rank {rank}: batches")
+            # Before the window: only the state at its start, allocs and segment allocs still live then.
+            before = [r for r in rows if r[0] == 0]
+            self.assertTrue(before, f"rank {rank}: no state at the window's start")
+            self.assertEqual({ACTIONS[a] for _, a, _, _ in before} - {"alloc", "segment_alloc"}, set())
+            freed_in_batch_0 = {addr for b, a, addr, _ in rows if b == 0 and ACTIONS[a] == "free_completed"}
+            self.assertFalse(freed_in_batch_0)
+            # The window: three identical replays of the trace, each opened by its step event.
+            one = of_batch(rows, 1)
+            self.assertEqual(ACTIONS[one[0][0]], "step")
+            self.assertEqual(one, of_batch(rows, 2))
+            self.assertEqual(one, of_batch(rows, 3))
+            # Frozen when batch 4 started, which ended the window: batches 0 to 3 ended, 4 running.
+            mine = batches[batches["rank"] == rank]
+            self.assertEqual(list(mine["batch"]), [0, 1, 2, 3, 4])
+            self.assertEqual(list(mine["end_t_ns"] > 0), [True, True, True, True, False])
+            self.assertEqual(len(set(mine["alloc_events"][1:4].tolist())), 1, "batches 1 to 3 replay the same")
+
+    def test_every_2_batches_gives_three_windows_and_matches_the_trace(self):
+        folder = self.work / "every" / "oomflight"
+        self.assertEqual(sorted(p.name for p in folder.iterdir()),
+                         ["snapshot.0.h5", "snapshot.2.h5", "snapshot.4.h5"], self.out_every)
+        windows = {}
+        for name, window in (("snapshot.0.h5", (0, 1)), ("snapshot.2.h5", (2, 3)), ("snapshot.4.h5", (4, 5))):
+            with h5py.File(folder / name, "r") as f:
+                self.assertEqual((int(f.attrs["window_first_batch"]), int(f.attrs["window_last_batch"])), window)
+            windows[window] = events(folder / name)
+        once = events(self.work / "once" / "oomflight" / "snapshot.1.h5")
+        expected = [(e["action"], e["size"]) for e in self.trace if e["action"] in ACTIONS]
+        for rank in range(4):
+            batch0 = of_batch(windows[(0, 1)][rank], 0)
+            self.assertEqual(ACTIONS[batch0[0][0]], "step")
+            # Batch 0 is the trace replayed on a fresh device: the pickle's entries, event for event.
+            self.assertEqual([(ACTIONS[a], size) for a, _, size in batch0[1:]], expected, f"rank {rank}")
+            # Two runs, the same batches: the same events.
+            self.assertEqual(of_batch(windows[(0, 1)][rank], 1), of_batch(once[rank], 1))
+            self.assertEqual(of_batch(windows[(2, 3)][rank], 2), of_batch(once[rank], 2))
+            self.assertEqual(of_batch(windows[(2, 3)][rank], 3), of_batch(once[rank], 3))
+            self.assertEqual(sorted({b for b, *_ in windows[(4, 5)][rank]} - {3}), [4, 5])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
