@@ -74,7 +74,7 @@ void Session::mark_batch(std::int64_t batch) {
 
 void Session::take_snapshot(const SnapshotWindow& window) {
   try {
-    FrozenHistory h = recorder_.freeze();
+    FrozenHistory h = recorder_.freeze(-1, protocol_ ? protocol_->take_spare_events() : std::vector<Event>{});
     if (protocol_) {
       protocol_->queue_snapshot(std::move(h), window);
       return;

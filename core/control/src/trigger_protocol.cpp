@@ -229,7 +229,13 @@ void TriggerProtocol::poll_snapshots() {
   write_snapshot(s);
   std::lock_guard lock(mutex_);
   snapshot_writing_ = false;
+  spare_events_ = std::move(s.history.ring.events);
   done_.notify_all();
+}
+
+std::vector<Event> TriggerProtocol::take_spare_events() {
+  std::lock_guard lock(mutex_);
+  return std::move(spare_events_);
 }
 
 void TriggerProtocol::write_snapshot(PendingSnapshot& s) {

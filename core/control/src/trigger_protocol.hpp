@@ -40,6 +40,10 @@ class TriggerProtocol {
   /// handed over the same window (an MPI_Ibarrier on a communicator of the snapshots' own, polled). Thread-safe.
   void queue_snapshot(FrozenHistory history, const SnapshotWindow& window);
 
+  /// The event storage of the last snapshot written, for the next freeze to reuse (warm pages: the freeze is
+  /// what a snapshot costs the training thread). Empty when there is none. Thread-safe.
+  std::vector<Event> take_spare_events();
+
   /// Waits until every queued snapshot is written, at most `timeout`. Returns whether they all were.
   bool drain_snapshots(std::chrono::milliseconds timeout);
 
@@ -119,6 +123,7 @@ class TriggerProtocol {
   DumpKind heard_kind_ = DumpKind::oom;
   std::deque<PendingSnapshot> snapshots_;  // queued by training threads, written by the watcher, in order
   bool snapshot_writing_ = false;          // the watcher holds the front one
+  std::vector<Event> spare_events_;        // a written snapshot's event storage, for the next freeze
   MPI_Comm snapshot_comm_ = MPI_COMM_NULL; // the snapshots' own: their barriers never meet a dump's collectives
   MPI_Request snapshot_barrier_ = MPI_REQUEST_NULL;  // posted for the front snapshot, not complete yet
   std::thread watcher_;

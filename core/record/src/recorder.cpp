@@ -77,7 +77,7 @@ MemoryStats Recorder::memory(int device) const noexcept {
                      g.capacity.load(std::memory_order_relaxed),       g.free.load(std::memory_order_relaxed)};
 }
 
-FrozenHistory Recorder::freeze(int device) const {
+FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {
   FrozenHistory h;
   h.freeze_t_ns = monotonic_ns();
   // Gauges and counters first: they describe the moment of the trigger, the copy takes a while.
@@ -90,7 +90,7 @@ FrozenHistory Recorder::freeze(int device) const {
     h.batches = batches_.copy();
     if (h.batch >= 0) h.batches.rows.push_back(running_row(running_, h.batch, 0));  // the batch still running
   }
-  h.ring = ring_.copy();
+  h.ring = ring_.copy(std::move(storage));
   // The second anchor after the copy: every copied stamp lies between the two anchors, where the line is exact.
   const ClockAnchor anchor = clock_.anchor();
   for (Event& e : h.ring.events) e.t_ns = clock_.to_monotonic_ns(e.t_ns, anchor);

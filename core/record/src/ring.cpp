@@ -195,8 +195,10 @@ Ring::ActionCounts Ring::action_counts() const noexcept {
   return c;
 }
 
-RingCopy Ring::copy() const {
+RingCopy Ring::copy(std::vector<Event> storage) const {
   RingCopy out;
+  out.events = std::move(storage);
+  out.events.clear();
   // The moment of the copy: every writer's count. Events with a smaller ordinal are complete and visible.
   const std::uint64_t used = std::min<std::uint64_t>(writers_used_.load(std::memory_order_acquire), kMaxWriters);
   std::array<std::uint64_t, kMaxWriters> pushed{};
@@ -227,9 +229,15 @@ RingCopy Ring::copy() const {
     std::memcpy(&e, words, sizeof(e));
     out.events.push_back(e);
   }
+  // Nearly sorted already: from the oldest position on, each writer's chunks come out in order. What breaks the
+  // order is usually only a tail (the slots of unfinished chunks still hold an older lap's events, read last):
+  // sort the part from the first break on and merge it in, O(n) for one writer instead of a full sort (5 ms of a
+  // 100,000-event freeze once the ring had wrapped). Equal stamps keep their slot order either way.
   const auto by_stamp = [](const Event& a, const Event& b) { return a.t_ns < b.t_ns; };
-  if (!std::is_sorted(out.events.begin(), out.events.end(), by_stamp)) {
-    std::stable_sort(out.events.begin(), out.events.end(), by_stamp);
+  const auto sorted_end = std::is_sorted_until(out.events.begin(), out.events.end(), by_stamp);
+  if (sorted_end != out.events.end()) {
+    std::stable_sort(sorted_end, out.events.end(), by_stamp);
+    std::inplace_merge(out.events.begin(), sorted_end, out.events.end(), by_stamp);
   }
   if (out.events.size() > max_entries_) {
     out.events.erase(out.events.begin(), out.events.end() - static_cast<std::ptrdiff_t>(max_entries_));

@@ -101,8 +101,9 @@ class OOMFLIGHT_API Recorder {
   std::uint64_t oom_events() const noexcept { return oom_events_.load(std::memory_order_relaxed); }
 
   /// Copies the history (ring, stacks, the gauges of `device`, or of current_device() when `device` is outside
-  /// 0 .. kMaxDevices - 1) without stopping writers. Allocates (~1 ms per 100k events); throws std::bad_alloc.
-  FrozenHistory freeze(int device = -1) const;
+  /// 0 .. kMaxDevices - 1) without stopping writers. Allocates (~1 ms per 100k events), reusing `storage` for
+  /// the events when given (see Ring::copy); throws std::bad_alloc.
+  FrozenHistory freeze(int device = -1, std::vector<Event> storage = {}) const;
 
   /// The ring, for readers that copy it themselves (freeze() is the usual way): its events carry raw stamps of
   /// clock(), not ns. Thread-safe to read.

@@ -68,9 +68,11 @@ class OOMFLIGHT_API Ring {
   bool push(const Event& event) noexcept;
 
   /// Copies the newest max_entries events by stamp, oldest first, without stopping writers. Events with equal
-  /// stamps keep their slot order. Allocates the result (about 48 bytes per slot); throws std::bad_alloc.
-  /// Thread-safe.
-  RingCopy copy() const;
+  /// stamps keep their slot order. The result's events are built in `storage` (its contents are dropped, its
+  /// capacity kept): a caller that copies again and again passes the previous copy's vector back, and its pages
+  /// are already mapped (a fresh 6 MB vector's first-touch page faults were most of a freeze). Allocates what
+  /// `storage` lacks (about 48 bytes per slot); throws std::bad_alloc. Thread-safe.
+  RingCopy copy(std::vector<Event> storage = {}) const;
 
   /// Events offered so far (pushed, including overwritten and dropped ones). Reads every writer's count.
   /// Thread-safe.
