@@ -15,8 +15,8 @@
 //   i32 schema_version, i32 world_size
 //   u8 n, then n x i32  origin_ranks (n <= 16)
 //   u8 n, then n x i32  ranks_present (n <= 16)
-//   8 x (u16 rows, then rows x row-size bytes in the file type's layout) for ranks, events, stacks,
-//   stack_frames, frames, strings, string_data, batches
+//   9 x (u16 rows, then rows x row-size bytes in the file type's layout) for ranks, events, stacks,
+//   stack_frames, frames, strings, string_data, batches, context
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -35,8 +35,8 @@
 
 namespace {
 
-constexpr const char* kDatasets[] = {"ranks",   "events",      "stacks", "stack_frames", "frames",
-                                     "strings", "string_data", "batches"};
+constexpr const char* kDatasets[] = {"ranks",   "events",      "stacks",  "stack_frames", "frames",
+                                     "strings", "string_data", "batches", "context"};
 constexpr std::size_t kMaxRows = 4096;
 
 class Input {

@@ -18,7 +18,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "data", "v1", "oom-4ranks-2origins.h5")
-DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data", "batches"]
+DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data", "batches", "context"]
 # BatchRow (core/format/include/oomflight/format/archive_schema.hpp), 104 bytes; the v1 fixture has no /batches.
 BATCH = np.dtype([("rank", "<i4"), ("device", "<i4"), ("batch", "<i8"), ("start_t_ns", "<i8"), ("end_t_ns", "<i8")] +
                  [(name, "<u8") for name in ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
@@ -97,6 +97,14 @@ def archives():
     batches["peak_allocated_bytes"] = 1 << 30
     batches["device_capacity_bytes"] = 40 << 30
     base_rows["batches"] = batches
+    # ContextRow, 24 bytes: rank 1's first two strings as a key/value pair.
+    context_dtype = np.dtype({"names": ["rank", "kind", "batch", "key", "value"],
+                              "formats": ["<i4", "u1", "<i8", "<u4", "<u4"], "offsets": [0, 4, 8, 16, 20],
+                              "itemsize": 24})
+    context = np.zeros(1, dtype=context_dtype)
+    context["rank"], context["kind"] = 1, 1
+    context["key"], context["value"] = int(base_rows["ranks"]["string_offset"][1]), int(base_rows["ranks"]["string_offset"][1]) + 1
+    base_rows["context"] = context
 
     def case(name, flags=1, attrs=None, **fields):
         a = dict(base_attrs, **(attrs or {}))
@@ -125,6 +133,9 @@ def archives():
     shuffled = batches.copy()
     shuffled["rank"] = [0, 1, 0, 1, 2, 2, 3, 3]
     case("batches-not-grouped", batches=shuffled)
+    foreign = context.copy()
+    foreign["value"] = 0  # rank 0's string
+    case("context-string-of-another-rank", context=foreign)
     case("duplicate-rank", rank__1=0)
     case("origins-outside", attrs={"origin_ranks": [7, -1]})
     case("world-zero", attrs={"world_size": 0})

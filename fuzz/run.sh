@@ -62,6 +62,7 @@ valid-v01-no-mark|accepted|4 ranks, 146 events
 times-at-int64-ends|accepted|4 ranks, 146 events
 batches-rank-unknown|refused|/batches row 0: rank 9 is not in /ranks
 batches-not-grouped|refused|/batches row 2: rank 0 is not in /ranks, or its rows are not grouped
+context-string-of-another-rank|refused|/context row 0: key
 no-complete-mark|refused|incomplete archive: the dump that wrote it did not finish
 complete-zero|refused|incomplete archive: root attribute 'complete' is not 1
 event-offset-wraps|refused|event_offset 18446744073709551615 + event_count 2 lie outside /events

@@ -26,7 +26,7 @@ from ._capi import ConfigError, DumpError, DumpResult, OomflightError, StateErro
 from .oom import capture_oom, is_oom
 
 __all__ = [
-    "ConfigError", "DumpError", "DumpResult", "OomflightError", "StateError", "capture_oom", "init",
+    "ConfigError", "DumpError", "DumpResult", "OomflightError", "StateError", "annotate", "capture_oom", "init",
     "initialized", "intern_stack", "is_oom", "library_path", "log", "mark_batch", "rank", "record",
     "request_dump", "set_memory", "settings_to_variables", "shutdown", "trigger_oom", "version",
 ]
@@ -111,6 +111,15 @@ def mark_batch(batch: int) -> None:
     global _explicit_batches
     _explicit_batches = True
     _capi.check(_capi.library().oomflight_mark_batch(batch))
+
+
+def annotate(**metadata: object) -> None:
+    """Sets metadata of this rank, stored with the current batch in every later archive (its /context dataset):
+    annotate(epoch=3, lr=1e-4, seq_len=4096). Values are stored as text (str()); a key that looks secret (KEY,
+    TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH, ...) has its value stored as "<redacted>"."""
+    lib = _capi.library()
+    for key, value in metadata.items():
+        _capi.check(lib.oomflight_set_metadata(str(key).encode(), str(value).encode()))
 
 
 def intern_stack(frames: Iterable[tuple[str, str, int]]) -> int:

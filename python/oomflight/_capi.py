@@ -149,6 +149,7 @@ _SIGNATURES = {
     "oomflight_record": ([ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                           ctypes.c_int32], ctypes.c_int),
     "oomflight_mark_batch": ([ctypes.c_int64], ctypes.c_int),
+    "oomflight_set_metadata": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int),
     "oomflight_intern_stack": ([ctypes.POINTER(Frame), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32)],
                                ctypes.c_int),
     "oomflight_set_memory": ([ctypes.c_int, ctypes.POINTER(Memory)], ctypes.c_int),

@@ -60,7 +60,9 @@ class Calls(unittest.TestCase):
             assert oomflight.rank() == (0, 1)
             stack = oomflight.intern_stack([("forward", "model.py", 42), ("main", "train.py", 7)])
             assert oomflight.intern_stack([("forward", "model.py", 42), ("main", "train.py", 7)]) == stack
+            oomflight.annotate(epoch=1)
             oomflight.mark_batch(4)
+            oomflight.annotate(lr=1e-4, wandb_api_key="s3cr3t")
             for i in range(6):
                 assert oomflight.record("alloc", 2, 0x1000 * i, 512 * (i + 1), stream=7, stack_id=stack)
             oomflight.record("free_requested", 2, 0, 512)
@@ -101,6 +103,17 @@ class Calls(unittest.TestCase):
         self.assertTrue(all(events["device"][1:] == 2))
         self.assertTrue(all(events["batch"] == 4))
         self.assertTrue(all(events["stream"][1:7] == 7))
+        import h5py
+        with h5py.File(result["path"], "r") as f:
+            strings, blob = f["strings"][...], f["string_data"][...].tobytes()
+            text = lambda i: blob[strings[i]["offset"]:strings[i]["offset"] + strings[i]["length"]].decode()
+            meta = {text(c["key"]): (text(c["value"]), int(c["batch"])) for c in f["context"][...] if c["kind"] == 1}
+            env = {text(c["key"]): text(c["value"]) for c in f["context"][...] if c["kind"] == 0}
+        self.assertEqual(meta, {"epoch": ("1", -1), "lr": ("0.0001", 4), "wandb_api_key": ("<redacted>", 4)})
+        self.assertEqual(env["OOMFLIGHT_RUN_NAME"], "api")
+        self.assertIn("python", env["command_line"])
+        with open(result["path"], "rb") as f:
+            self.assertNotIn(b"s3cr3t", f.read())
         row = a["ranks"][0]
         self.assertEqual(row["device"], 2)
         self.assertEqual(row["reserved_bytes"], 30 << 20)

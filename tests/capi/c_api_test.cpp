@@ -1,6 +1,11 @@
 // The C API in one process (no mpirun: world size 1): versions, error codes, stacks, per-device gauges and dump
 // kinds, checked in the archives it writes.
 #include <gtest/gtest.h>
+#include "oomflight/format/archive_merge.hpp"
+#include <unistd.h>
+#include <iterator>
+#include <map>
+#include <fstream>
 
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +44,7 @@ class CApi : public ::testing::Test {
   void TearDown() override {
     oomflight_shutdown();
     for (const char* name : {"OOMFLIGHT_FOLDER", "OOMFLIGHT_RUN_NAME", "OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_ENABLED",
-                             "OOMFLIGHT_MAX_BATCHES"}) {
+                             "OOMFLIGHT_MAX_BATCHES", "NCCL_DEBUG", "NCCL_IB_AUTH_TOKEN"}) {
       unsetenv(name);
     }
   }
@@ -202,6 +207,47 @@ TEST_F(CApi, EveryArchiveCarriesThePerBatchFigures) {
   EXPECT_EQ(running.peak_allocated_bytes, 350u);  // reset to 300 at the mark, then 350
   EXPECT_EQ(running.alloc_events, 1u);
   EXPECT_EQ(running.oom_events, 1u);
+}
+
+// The archive's context: the rank's environment (facts and the variables that shape a job) and the metadata the
+// job set, each with its batch; secret-looking values never reach the file, and merge keeps the context.
+TEST_F(CApi, TheArchiveHoldsTheEnvironmentAndMetadataWithSecretsRedacted) {
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_IB_AUTH_TOKEN", "s3cr3t-env-value", 1);
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(oomflight_set_metadata(nullptr, "x"), OOMFLIGHT_EINVAL);
+  EXPECT_EQ(oomflight_set_metadata("", "x"), OOMFLIGHT_EINVAL);
+  ASSERT_EQ(oomflight_set_metadata("epoch", "3"), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_mark_batch(2), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_set_metadata("learning_rate", "0.001"), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_set_metadata("hf_token", "hf_s3cr3t-metadata"), OOMFLIGHT_OK);
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const std::string path = oomflight_last_dump_path();
+
+  const auto check = [](const Archive& a) {
+    std::map<std::string, std::pair<std::string, std::int64_t>> env, meta;
+    for (const ContextRow& c : a.context_of(0)) {
+      (c.kind == 0 ? env : meta)[std::string(a.string(c.key))] = {std::string(a.string(c.value)), c.batch};
+    }
+    EXPECT_EQ(env["NCCL_DEBUG"].first, "INFO");
+    EXPECT_EQ(env["NCCL_IB_AUTH_TOKEN"].first, "<redacted>");
+    EXPECT_EQ(env["OOMFLIGHT_RUN_NAME"].first, "capi");
+    EXPECT_EQ(env["pid"].first, std::to_string(getpid()));
+    EXPECT_EQ(env["oomflight_version"].first, oomflight_version());
+    EXPECT_FALSE(env["command_line"].first.empty());
+    EXPECT_EQ(meta["epoch"], (std::pair<std::string, std::int64_t>{"3", -1}));
+    EXPECT_EQ(meta["learning_rate"], (std::pair<std::string, std::int64_t>{"0.001", 2}));
+    EXPECT_EQ(meta["hf_token"].first, "<redacted>");
+  };
+  check(read_archive(path));
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("s3cr3t"), std::string::npos) << "a secret reached the file";
+  const std::string merged = (dir_.path() / "merged.h5").string();
+  merge_archives({path}, merged);
+  check(read_archive(merged));
 }
 
 TEST_F(CApi, MaxBatchesKeepsTheNewestBatches) {

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "oomflight/analysis/post_mortem.hpp"
 #include "oomflight/export/text_report.hpp"
@@ -51,8 +53,17 @@ TEST(TextReport, PerBatchPeaksShowWhichRankDrifted) {
       a.batches.push_back(row);
     }
   }
+  // Metadata of rank 2, the newest value of each key: epoch=3, lr=0.2.
+  for (const auto& [key, value, batch] : std::vector<std::tuple<std::string, std::string, std::int64_t>>{
+           {"epoch", "3", 0}, {"lr", "0.1", 0}, {"lr", "0.2", 2}}) {
+    const auto id = static_cast<std::uint32_t>(a.strings.size());
+    a.strings.push_back(key);
+    a.strings.push_back(value);
+    a.context.push_back(ContextRow{2, 1, {}, batch, id, id + 1});
+  }
   const std::string text = render_report(a, analyze(a, 2), 1);
   for (const char* expected : {
+           "    driver: out of memory on rank 2\n    metadata: epoch=3, lr=0.2\n",
            "per-batch peak allocated (each batch's own peak; the last 3 of 3 batches, * still running at the dump; "
            "growth and share over the ended ones):\n",
            "     2   10.00 GiB   11.00 GiB  12.00 GiB*   +2.00 GiB     30.0%  <- out of memory\n",

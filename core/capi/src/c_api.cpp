@@ -271,6 +271,17 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
   return OOMFLIGHT_OK;
 }
 
+int oomflight_set_metadata(const char* key, const char* value) {
+  if (!g_session) return not_initialised("oomflight_set_metadata");
+  if (key == nullptr || *key == '\0' || value == nullptr) {
+    return fail(OOMFLIGHT_EINVAL, "oomflight_set_metadata: key is NULL or empty, or value is NULL");
+  }
+  return guarded("oomflight_set_metadata", [&]() -> int {
+    g_session->recorder().context().set_metadata(key, value, g_session->recorder().batch());
+    return OOMFLIGHT_OK;
+  });
+}
+
 int oomflight_request_dump(const struct oomflight_dump_request* request, struct oomflight_dump_result* result) {
   if (!g_session) return not_initialised("oomflight_request_dump");
   if (request == nullptr || request->struct_size < sizeof(oomflight_dump_request)) {

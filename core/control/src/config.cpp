@@ -229,7 +229,10 @@ Config Config::from_environment(const std::function<std::optional<std::string>(s
   }
   Config c = defaults();
   for (const auto& spec : option_table()) {
-    if (auto value = get(spec.env)) apply_checked(spec, c, *value);
+    if (auto value = get(spec.env)) {
+      apply_checked(spec, c, *value);
+      c.given.emplace_back(std::string(spec.env), *value);
+    }
   }
   check_together(c);
   return c;

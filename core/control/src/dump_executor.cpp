@@ -84,7 +84,7 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 
 void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
                                     FrozenHistory& h, MPI_Comm comm) const {
-  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows}, comm,
+  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows, h.context}, comm,
                            h.ring.events);
 }
 
@@ -92,7 +92,7 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
                                            std::int64_t batch, Durability durability) const {
   const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
   const TemplateValues values = template_values(kind, batch);
-  const RankDump dump{row, h.ring.events, &h.stacks, h.batches.rows};
+  const RankDump dump{row, h.ring.events, &h.stacks, h.batches.rows, h.context};
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
@@ -126,7 +126,7 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   if (id_.world_size == 1) {
     try {
       r.path = archive_path(r.kind, batch);
-      write_archive(r.path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows});
+      write_archive(r.path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows, h.context});
       r.status = DumpResult::Status::archive;
       return r;
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "dump_executor.hpp"
+#include "environment.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/control/mpi_job.hpp"
@@ -26,6 +27,7 @@ Session::Session(Config config, MPI_Comm world)
   }
   identity_ = identify(config_, comm);
   set_log_rank(identity_.rank);
+  recorder_.context().set_environment(capture_environment(identity_, config_));
   executor_ = std::make_unique<DumpExecutor>(config_, identity_);
   if (comm == MPI_COMM_NULL) return;
   int provided = MPI_THREAD_SINGLE;
@@ -89,7 +91,8 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     DumpRequest request;
     request.kind = DumpKind::snapshot;
     const std::string path = executor_->archive_path(DumpKind::snapshot, window.first);
-    write_archive(path, header, RankDump{executor_->rank_row(h, false, request), events, &h.stacks, h.batches.rows});
+    write_archive(path, header,
+                  RankDump{executor_->rank_row(h, false, request), events, &h.stacks, h.batches.rows, h.context});
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", window.first, window.last, e.what());

@@ -268,7 +268,8 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
   const RankRow row = executor_.rank_row(s.history, false, request);
   std::vector<Event> events = snapshot_events(s.history.ring.events, w.first, w.last);
   try {
-    write_archive_collective(path.data(), header, RankDump{row, events, &s.history.stacks, s.history.batches.rows},
+    write_archive_collective(path.data(), header, RankDump{row, events, &s.history.stacks, s.history.batches.rows,
+                                                  s.history.context},
                              snapshot_comm_, events);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike

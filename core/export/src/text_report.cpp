@@ -27,6 +27,9 @@ std::vector<const FrameRow*> frames_to_show(const Archive& a, std::int32_t stack
   return out;
 }
 
+// What the table marks an origin with: its failure, or its request.
+const char* origin_mark(const Archive& a) { return a.header.kind == "oom" ? "out of memory" : "asked for the dump"; }
+
 std::string signed_bytes(std::uint64_t to, std::uint64_t from) {
   return to >= from ? "+" + format_bytes(to - from) : "-" + format_bytes(from - to);
 }
@@ -81,7 +84,7 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
                                     : "?";
       out += fmt::format(" {:>11} {:>9}", signed_bytes(last->peak_allocated_bytes, first->peak_allocated_bytes), share);
     }
-    out += s.row.is_origin ? "  <- out of memory\n" : "\n";
+    out += s.row.is_origin ? std::string("  <- ") + origin_mark(a) + "\n" : "\n";
   }
   if (growth.size() > 1 && batches.size() > 1) {
     const auto grew = [](const Growth& g) {
@@ -98,6 +101,35 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
       out += fmt::format("  no rank's peak grew over batches {} to {}\n", batches.front(), batches.back());
     }
   }
+  return out;
+}
+
+// The metadata a rank's job set (the newest value of each key, in the order first set) and where it ran: one
+// or two lines, for the ranks the report is about. Empty when the archive has no /context for the rank.
+std::string context_lines(const Archive& a, int rank) {
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::string host, command;
+  for (const ContextRow& c : a.context_of(rank)) {
+    const std::string key(a.string(c.key)), value(a.string(c.value));
+    if (c.kind == 0) {
+      if (key == "host") host = value;
+      if (key == "command_line") command = value;
+      continue;
+    }
+    const auto it = std::find_if(metadata.begin(), metadata.end(), [&](const auto& m) { return m.first == key; });
+    if (it == metadata.end()) {
+      metadata.emplace_back(key, value);
+    } else {
+      it->second = value;
+    }
+  }
+  std::string out;
+  if (!metadata.empty()) {
+    std::string pairs;
+    for (const auto& [k, v] : metadata) pairs += fmt::format("{}{}={}", pairs.empty() ? "" : ", ", k, v);
+    out += fmt::format("    metadata: {}\n", pairs);
+  }
+  if (!command.empty()) out += fmt::format("    ran on {}: {}\n", host, command.substr(0, 200));
   return out;
 }
 
@@ -130,11 +162,21 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   }
   for (const auto& s : pm.ranks) {
     if (!s.row.is_origin) continue;
+    if (h.kind != "oom") {
+      line(fmt::format("  rank {} at batch {}: asked for a {} dump; device free {} of {}", s.row.rank, s.row.batch,
+                       h.kind, format_bytes(s.row.device_free_bytes),
+                       s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
+      const std::string reason = fixed_string(s.row.reason);
+      if (!reason.empty()) line(fmt::format("    {}", reason));
+      out += context_lines(a, s.row.rank);
+      continue;
+    }
     line(fmt::format("  rank {} at batch {}: requested {}, device free {} of {}", s.row.rank, s.row.batch,
                      format_bytes(s.row.oom_requested_bytes), format_bytes(s.row.device_free_bytes),
                      s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
     const std::string reason = fixed_string(s.row.reason);
     if (!reason.empty()) line(fmt::format("    {}", reason));
+    out += context_lines(a, s.row.rank);
   }
   line("");
   line("per rank at the trigger:");
@@ -147,7 +189,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                      format_bytes(r.peak_allocated_bytes), format_bytes(r.peak_reserved_bytes),
                      r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "?",
                      r.device_capacity_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
-                     r.is_origin ? "  <- out of memory" : ""));
+                     r.is_origin ? std::string("  <- ") + origin_mark(a) : ""));
   }
   if (const std::string peaks = batch_peaks(a, pm, 8); !peaks.empty()) {
     line("");

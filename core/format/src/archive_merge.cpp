@@ -21,6 +21,7 @@ struct LocalRank {
   RankRow row;
   std::vector<Event> events;
   std::vector<BatchStats> batches;
+  std::vector<ContextEntry> context;
   StackTableCopy stacks;
 };
 
@@ -45,9 +46,17 @@ LocalRank localise(const Archive& a, const RankRow& row) {
                                      b.device_capacity_bytes, b.device_free_bytes, b.alloc_events, b.free_events,
                                      b.oom_events});
   }
-  for (std::uint64_t i = 0; i < row.string_count; ++i) out.stacks.strings.push_back(a.strings[row.string_offset + i]);
+  // The rank's context strings follow its stack strings (the writer appends them): keep only the stacks' here,
+  // the writer appends the context's again.
+  std::uint64_t stack_strings = row.string_count;
+  for (const ContextRow& c : a.context_of(row.rank)) {
+    stack_strings = std::min<std::uint64_t>(stack_strings, std::min(c.key, c.value) - row.string_offset);
+    out.context.push_back(ContextEntry{static_cast<ContextEntry::Kind>(c.kind), c.batch, std::string(a.string(c.key)),
+                                       std::string(a.string(c.value))});
+  }
+  for (std::uint64_t i = 0; i < stack_strings; ++i) out.stacks.strings.push_back(a.strings[row.string_offset + i]);
   const auto local_string = [&](std::uint32_t id) -> std::uint32_t {
-    if (id < row.string_offset || id - row.string_offset >= row.string_count) {
+    if (id < row.string_offset || id - row.string_offset >= stack_strings) {
       throw ArchiveError(fmt::format("{}: rank {} has a frame naming string {}, another rank's", a.path, row.rank, id));
     }
     return static_cast<std::uint32_t>(id - row.string_offset);
@@ -135,7 +144,7 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   }
   std::vector<RankDump> dumps;
   dumps.reserve(ranks.size());
-  for (const LocalRank& r : ranks) dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches});
+  for (const LocalRank& r : ranks) dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context});
   write_archive_ranks(output, header, dumps);
   return header;
 }

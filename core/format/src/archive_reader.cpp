@@ -162,18 +162,34 @@ void check_consistency(const Archive& a, const Reader& r) {
       r.fail(fmt::format("root attribute 'origin_ranks' names rank {}, outside 0 .. {}", origin, h.world_size - 1));
     }
   }
-  // /batches: every row names a rank of /ranks, and each rank's rows form one group, in the order of /ranks.
-  std::size_t group = 0;
-  for (std::size_t i = 0; i < a.batches.size(); ++i) {
-    const std::int32_t rank = a.batches[i].rank;
-    if (i > 0 && rank == a.batches[i - 1].rank) continue;
-    while (group < a.ranks.size() && a.ranks[group].rank != rank) ++group;
-    if (group == a.ranks.size()) {
-      r.fail(fmt::format("/batches row {}: rank {} is not in /ranks, or its rows are not grouped in the order of "
-                         "/ranks",
-                         i, rank));
+  // /batches and /context: every row names a rank of /ranks, and each rank's rows form one group, in the order
+  // of /ranks.
+  const auto check_groups = [&](const auto& rows, const char* table) {
+    std::size_t group = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::int32_t rank = rows[i].rank;
+      if (i > 0 && rank == rows[i - 1].rank) continue;
+      while (group < a.ranks.size() && a.ranks[group].rank != rank) ++group;
+      if (group == a.ranks.size()) {
+        r.fail(fmt::format("{} row {}: rank {} is not in /ranks, or its rows are not grouped in the order of "
+                           "/ranks",
+                           table, i, rank));
+      }
+      ++group;
     }
-    ++group;
+  };
+  check_groups(a.batches, "/batches");
+  check_groups(a.context, "/context");
+  for (std::size_t i = 0; i < a.context.size(); ++i) {
+    const ContextRow& c = a.context[i];
+    const RankRow* row = a.rank_row(c.rank);
+    const auto inside = [&](std::uint32_t id) {
+      return row != nullptr && id >= row->string_offset && id - row->string_offset < row->string_count;
+    };
+    if (!inside(c.key) || !inside(c.value) || c.kind > 1) {
+      r.fail(fmt::format("/context row {}: key {} or value {} is outside rank {}'s strings, or kind {} is unknown",
+                         i, c.key, c.value, c.rank, c.kind));
+    }
   }
   for (std::size_t i = 0; i < a.events.size(); ++i) {
     const Event& e = a.events[i];
@@ -217,12 +233,19 @@ std::span<const Event> Archive::events_of(const RankRow& row) const {
   return std::span<const Event>(events).subspan(row.event_offset, row.event_count);
 }
 
-std::span<const BatchRow> Archive::batches_of(int rank) const {
-  // Rows are grouped by rank (checked by the reader): find the group.
-  const auto first = std::find_if(batches.begin(), batches.end(), [&](const BatchRow& b) { return b.rank == rank; });
-  const auto last = std::find_if(first, batches.end(), [&](const BatchRow& b) { return b.rank != rank; });
-  return std::span<const BatchRow>(first, last);
+namespace {
+// Rows grouped by rank (checked by the reader): the group of `rank`.
+template <typename Row>
+std::span<const Row> group_of(const std::vector<Row>& rows, int rank) {
+  const auto first = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.rank == rank; });
+  const auto last = std::find_if(first, rows.end(), [&](const Row& r) { return r.rank != rank; });
+  return std::span<const Row>(first, last);
 }
+}  // namespace
+
+std::span<const BatchRow> Archive::batches_of(int rank) const { return group_of(batches, rank); }
+
+std::span<const ContextRow> Archive::context_of(int rank) const { return group_of(context, rank); }
 
 std::vector<const FrameRow*> Archive::stack(std::int32_t stack_id) const {
   std::vector<const FrameRow*> out;
@@ -286,6 +309,7 @@ Archive read_archive(const std::string& path) {
   a.stack_frames = r.rows<std::uint32_t>(dataset::stack_frames, H5T_NATIVE_UINT32);
   a.frames = r.rows<FrameRow>(dataset::frames, h5::frame_row_type());
   if (r.has_dataset(dataset::batches)) a.batches = r.rows<BatchRow>(dataset::batches, h5::batch_row_type());
+  if (r.has_dataset(dataset::context)) a.context = r.rows<ContextRow>(dataset::context, h5::context_row_type());
   const auto string_rows = r.rows<StringRow>(dataset::strings, h5::string_row_type());
   const auto data = r.rows<char>(dataset::string_data, H5T_NATIVE_UINT8);
   a.strings.reserve(string_rows.size());

@@ -27,7 +27,7 @@
 namespace oomflight {
 namespace {
 
-enum Table { kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringBytes, kBatches, kTables };
+enum Table { kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringBytes, kBatches, kContext, kTables };
 using Counts = std::array<std::uint64_t, kTables>;
 
 // Local rows in the archive's layout, with every id turned into a global one. The events are by far the largest
@@ -43,6 +43,7 @@ struct GlobalRows {
   std::vector<StringRow> strings;
   std::vector<std::uint8_t> string_data;
   std::vector<BatchRow> batches;
+  std::vector<ContextRow> context;
 };
 
 Counts local_counts(const RankDump& d) {
@@ -54,6 +55,9 @@ Counts local_counts(const RankDump& d) {
   c[kStrings] = d.stacks->strings.size();
   for (const auto& s : d.stacks->strings) c[kStringBytes] += s.size();
   c[kBatches] = d.batches.size();
+  c[kContext] = d.context.size();
+  c[kStrings] += 2 * d.context.size();  // each entry's key and value follow the stacks' strings
+  for (const auto& e : d.context) c[kStringBytes] += e.key.size() + e.value.size();
   return c;
 }
 
@@ -86,6 +90,17 @@ GlobalRows rebase(const RankDump& d, const Counts& off) {
     g.strings.push_back(StringRow{at, s.size()});
     g.string_data.insert(g.string_data.end(), s.begin(), s.end());
     at += s.size();
+  }
+  // The context's strings follow the stack table's: key, value, key, value, ...
+  auto id = static_cast<std::uint32_t>(off[kStrings] + d.stacks->strings.size());
+  for (const ContextEntry& e : d.context) {
+    for (const std::string* text : {&e.key, &e.value}) {
+      g.strings.push_back(StringRow{at, text->size()});
+      g.string_data.insert(g.string_data.end(), text->begin(), text->end());
+      at += text->size();
+    }
+    g.context.push_back(ContextRow{d.row.rank, static_cast<std::uint8_t>(e.kind), {}, e.batch, id, id + 1});
+    id += 2;
   }
   g.batches.reserve(d.batches.size());
   for (const BatchStats& b : d.batches) {
@@ -229,7 +244,7 @@ std::string verify_rows(const std::string& path, const std::vector<Writer::Range
 
 // The first rank's check of what only the library wrote: the file opens, says it is complete, and every dataset
 // has the size all ranks wrote. Returns an empty string, or what failed.
-std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 8>& dims) {
+std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 9>& dims) {
   auto file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) return "it does not open as HDF5 after the close (disk full?)";
   std::int32_t complete = 0;
@@ -237,9 +252,9 @@ std::string verify_metadata(const std::string& path, const std::array<std::uint6
   if (!a.valid() || H5Aread(a, H5T_NATIVE_INT32, &complete) < 0 || complete != 1) {
     return "its 'complete' attribute did not reach the file (disk full?)";
   }
-  const std::array<const char*, 8> names = {dataset::ranks,   dataset::events,  dataset::stacks,
+  const std::array<const char*, 9> names = {dataset::ranks,   dataset::events,  dataset::stacks,
                                             dataset::stack_frames, dataset::frames, dataset::strings,
-                                            dataset::string_data, dataset::batches};
+                                            dataset::string_data, dataset::batches, dataset::context};
   for (std::size_t i = 0; i < names.size(); ++i) {
     auto d = h5::dset(H5Dopen2(file, names[i], H5P_DEFAULT));
     auto sp = d.valid() ? h5::space(H5Dget_space(d)) : h5::Handle();
@@ -283,6 +298,7 @@ void append(GlobalRows& to, GlobalRows&& from) {
   to.strings.insert(to.strings.end(), from.strings.begin(), from.strings.end());
   to.string_data.insert(to.string_data.end(), from.string_data.begin(), from.string_data.end());
   to.batches.insert(to.batches.end(), from.batches.begin(), from.batches.end());
+  to.context.insert(to.context.end(), from.context.begin(), from.context.end());
 }
 
 // Adds one rank at `at` (its offsets among all rows) to the plan, its ids moved by `rebase_by` (`at`, or less
@@ -366,6 +382,7 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   w.rows(dataset::string_data, H5T_NATIVE_UINT8, total[kStringBytes], off[kStringBytes], mine[kStringBytes],
          rows.string_data.data());
   w.rows(dataset::batches, h5::batch_row_type(), total[kBatches], off[kBatches], mine[kBatches], rows.batches.data());
+  w.rows(dataset::context, h5::context_row_type(), total[kContext], off[kContext], mine[kContext], rows.context.data());
   phases.mark("rows");
   w.int_attribute(kCompleteAttribute, 1);  // the last write: a file without it never finished
   w.close();
@@ -379,7 +396,8 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   }
   if (error.empty() && verify && index == 0) {
     error = verify_metadata(partial, {plan.rank_total, total[kEvents], total[kStacks], total[kStackFrames],
-                                      total[kFrames], total[kStrings], total[kStringBytes], total[kBatches]});
+                                      total[kFrames], total[kStrings], total[kStringBytes], total[kBatches],
+                                      total[kContext]});
   }
   if (verify && index == 0) phases.mark("metadata check");
   const bool verified = all_agree(error.empty(), comm);
@@ -467,7 +485,8 @@ void write_archive_collective(const std::string& path, const ArchiveHeader& head
     offset_stack_ids(events_in_place, shift);
     Counts no_offset = plan.offset;
     no_offset[kStacks] = 0;  // already applied: rebase() must neither copy nor offset again
-    add_rank(plan, RankDump{dump.row, events_in_place, dump.stacks, dump.batches}, no_offset, plan.offset);
+    add_rank(plan, RankDump{dump.row, events_in_place, dump.stacks, dump.batches, dump.context}, no_offset,
+             plan.offset);
     write_planned(path, header, plan, index, comm);
     return;
   }

@@ -30,6 +30,16 @@ Handle batch_row_type() {
   return t;
 }
 
+Handle context_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(ContextRow)));
+  H5Tinsert(t, "rank", offsetof(ContextRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t, "kind", offsetof(ContextRow, kind), H5T_NATIVE_UINT8);
+  H5Tinsert(t, "batch", offsetof(ContextRow, batch), H5T_NATIVE_INT64);
+  H5Tinsert(t, "key", offsetof(ContextRow, key), H5T_NATIVE_UINT32);
+  H5Tinsert(t, "value", offsetof(ContextRow, value), H5T_NATIVE_UINT32);
+  return t;
+}
+
 Handle fixed_string_type(std::size_t size) {
   Handle t = type(H5Tcopy(H5T_C_S1));
   H5Tset_size(t, size == 0 ? 1 : size);

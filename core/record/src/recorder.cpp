@@ -91,6 +91,7 @@ FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {
     if (h.batch >= 0) h.batches.rows.push_back(running_row(running_, h.batch, 0));  // the batch still running
   }
   h.ring = ring_.copy(std::move(storage));
+  h.context = context_.copy();
   // The second anchor after the copy: every copied stamp lies between the two anchors, where the line is exact.
   const ClockAnchor anchor = clock_.anchor();
   for (Event& e : h.ring.events) e.t_ns = clock_.to_monotonic_ns(e.t_ns, anchor);

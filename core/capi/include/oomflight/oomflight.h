@@ -215,6 +215,13 @@ OOMFLIGHT_API int oomflight_intern_stack(const struct oomflight_frame* frames, s
  *  OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_set_memory(int device, const struct oomflight_memory* memory);
 
+/** Sets a metadata key/value pair of this rank (epoch, learning rate, batch size, sequence length, ...), stored
+ *  with the current batch; every later archive holds every pair set so far (the newest 4096), in the order set,
+ *  in its /context dataset. A key that looks secret (contains KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH, ...:
+ *  docs/archive-format.md) has its value stored as "<redacted>". Both strings are copied. Thread-safe.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (key NULL or empty, value NULL) or OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_set_metadata(const char* key, const char* value);
+
 /** Asks for a dump of request->kind: freezes this rank's history at once, asks every rank to dump, and returns
  *  once the archive is closed (or every rank's rank-local fallback is written, or 3 x OOMFLIGHT_DUMP_TIMEOUT has
  *  passed). It records no event itself: a source that saw the failure records its oom event with

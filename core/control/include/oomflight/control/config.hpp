@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct OOMFLIGHT_API Config {
   bool overwrite = false;             ///< replace an existing file instead of choosing a new name
   bool keep_rank_files = false;       ///< keep every rank's safety copy after the archive is verified
   std::string log_level = "info";
+  /// Every setting given (by the environment or explicitly), as its variable's name and text, in table order: what
+  /// an archive's /context records as the run's OOMFLIGHT_* settings.
+  std::vector<std::pair<std::string, std::string>> given;
   std::string library;                ///< liboomflight's path for the Python package; unused by the library itself
 
   /// Reads every OOMFLIGHT_* variable through `lookup` (getenv by default), starting from the defaults.

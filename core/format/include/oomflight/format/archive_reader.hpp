@@ -25,6 +25,7 @@ struct OOMFLIGHT_API Archive {
   std::vector<FrameRow> frames;
   std::vector<std::string> strings;
   std::vector<BatchRow> batches;  ///< empty for archives written before 0.3.0
+  std::vector<ContextRow> context;  ///< empty for archives written before 0.3.0
 
   /// The row of `rank`, or nullptr when that rank is not present.
   const RankRow* rank_row(int rank) const;
@@ -32,6 +33,8 @@ struct OOMFLIGHT_API Archive {
   std::span<const Event> events_of(const RankRow& row) const;
   /// The per-batch rows of one rank, oldest first (empty when the archive has none for it).
   std::span<const BatchRow> batches_of(int rank) const;
+  /// The context rows of one rank (environment, then metadata in the order set); strings via string().
+  std::span<const ContextRow> context_of(int rank) const;
   /// The frames of a stack, innermost first; empty for kNoStack or an id out of range.
   std::vector<const FrameRow*> stack(std::int32_t stack_id) const;
   /// A string by id; "" when out of range.

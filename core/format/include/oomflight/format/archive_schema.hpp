@@ -37,6 +37,7 @@ inline constexpr const char* frames = "frames";              ///< FrameRecord, g
 inline constexpr const char* strings = "strings";            ///< StringRow: offset, length into string_data
 inline constexpr const char* string_data = "string_data";    ///< uint8: UTF-8 bytes, not terminated
 inline constexpr const char* batches = "batches";            ///< BatchRow, by rank then batch (optional: 0.3.0 on)
+inline constexpr const char* context = "context";            ///< ContextRow, by rank (optional: 0.3.0 on)
 }  // namespace dataset
 
 /// Why an archive was written: the root attribute `kind`. One dump path serves every kind.
@@ -132,6 +133,18 @@ struct BatchRow {
   std::uint64_t alloc_events = 0;
   std::uint64_t free_events = 0;            ///< free_completed events
   std::uint64_t oom_events = 0;
+};
+
+/// One row of /context: a key/value pair of a rank's context (ContextEntry): its environment (kind 0), captured at
+/// start, or metadata the job set (kind 1) at `batch`. key and value are rows of /strings, inside the rank's own
+/// strings. Rows are grouped by rank in the order of /ranks. Optional: no /context reads as no rows.
+struct ContextRow {
+  std::int32_t rank = 0;
+  std::uint8_t kind = 0;
+  std::uint8_t reserved[3] = {};  ///< padding, not a member of the HDF5 type
+  std::int64_t batch = -1;
+  std::uint32_t key = 0;
+  std::uint32_t value = 0;
 };
 
 /// Root attributes.

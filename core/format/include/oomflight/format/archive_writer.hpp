@@ -10,6 +10,7 @@
 #include "oomflight/api.h"
 #include "oomflight/format/archive_schema.hpp"
 #include "oomflight/record/batch_table.hpp"
+#include "oomflight/record/context_log.hpp"
 #include "oomflight/record/stack_table.hpp"
 
 namespace oomflight {
@@ -21,6 +22,7 @@ struct RankDump {
   std::span<const Event> events;        ///< oldest first
   const StackTableCopy* stacks = nullptr;  ///< required
   std::span<const BatchStats> batches;     ///< per-batch figures, oldest first (written as /batches rows)
+  std::span<const ContextEntry> context;   ///< environment and metadata (/context rows; strings after the stacks')
 };
 
 /// How much write_archive() does to prove that a file reached the disk before it gets its name.

@@ -10,6 +10,7 @@
 #include "oomflight/api.h"
 #include "oomflight/record/batch_table.hpp"
 #include "oomflight/record/clock.hpp"
+#include "oomflight/record/context_log.hpp"
 #include "oomflight/record/event.hpp"
 #include "oomflight/record/event_clock.hpp"
 #include "oomflight/record/ring.hpp"
@@ -44,6 +45,8 @@ struct FrozenHistory {
   std::int64_t anchor_realtime_ns = 0;
   /// The per-batch figures, oldest first; the last row is the batch running at the freeze (end_t_ns 0).
   BatchTableCopy batches;
+  /// The rank's environment and the job's metadata (ContextLog::copy()).
+  std::vector<ContextEntry> context;
 };
 
 /// Records events into the ring. One per process.
@@ -97,6 +100,9 @@ class OOMFLIGHT_API Recorder {
   /// The device that published gauges last; 0 before any did.
   int current_device() const noexcept { return current_device_.load(std::memory_order_relaxed); }
 
+  /// The rank's context (environment, metadata), frozen with the history. Thread-safe.
+  ContextLog& context() noexcept { return context_; }
+
   /// Number of oom events recorded so far.
   std::uint64_t oom_events() const noexcept { return oom_events_.load(std::memory_order_relaxed); }
 
@@ -129,6 +135,7 @@ class OOMFLIGHT_API Recorder {
   EventClock clock_;
   Ring ring_;
   BatchTable batches_;
+  ContextLog context_;
   mutable std::mutex batch_mutex_;  // guards running_ (mark_batch and freeze)
   RunningBatch running_;
   std::atomic<std::uint64_t> batch_peak_allocated_{0}, batch_peak_reserved_{0};

@@ -1,0 +1,31 @@
+// The redaction rule for everything oomflight copies from a rank's environment or a job's metadata into an
+// archive: a value whose name looks like a secret's is replaced by "<redacted>" before it is stored anywhere.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oomflight/api.h"
+
+namespace oomflight {
+
+/// What a redacted value reads as.
+inline constexpr std::string_view kRedacted = "<redacted>";
+
+/// Whether `name` (an environment variable, a metadata key, a command-line option such as "--api-key") looks like
+/// it names a secret: it contains, case-insensitively, KEY, TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE,
+/// CREDENTIAL, AUTH, COOKIE, SESSION, SIGNATURE or PRIVATE (so WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY,
+/// DB_PASSWORD, GOOGLE_APPLICATION_CREDENTIALS, --auth-header). Errs towards redacting (MONKEY_COUNT is
+/// redacted too): a lost harmless value costs less than a leaked key. Pure; thread-safe.
+OOMFLIGHT_API bool looks_secret(std::string_view name);
+
+/// `value`, or "<redacted>" when looks_secret(name).
+OOMFLIGHT_API std::string redacted(std::string_view name, std::string_view value);
+
+/// A command line with secret values redacted, arguments joined by spaces: the value after a secret-looking option
+/// ("--api-key X" -> "--api-key <redacted>"), and every NAME=VALUE inside any argument whose NAME looks secret
+/// ("--api-key=X", "HF_TOKEN=X", and `key="X"` inside a `python -c` script; a quoted value keeps its quotes).
+OOMFLIGHT_API std::string redacted_command_line(const std::vector<std::string>& arguments);
+
+}  // namespace oomflight
