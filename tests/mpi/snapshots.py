@@ -3,6 +3,8 @@
 - OOMFLIGHT_SKIP_BATCHES=1 OOMFLIGHT_INTERVAL=3ba: exactly one archive, kind snapshot, window 1..3, every rank;
   for every rank, the events of batches 1 to 3 and nothing later, and before them only the allocator state at
   the window's start (allocs and segment allocs of batch 0 still live then); the per-batch table.
+- Retention: a window every batch with OOMFLIGHT_MAX_DUMPS=2 leaves the newest two (batches 4 and 5); with
+  OOMFLIGHT_MAX_TOTAL_MB=1 only the newest; a foreign file in the folder is never touched.
 - OOMFLIGHT_SKIP_BATCHES=0 OOMFLIGHT_SNAPSHOT_EVERY=2ba: three archives, windows 0-1, 2-3 and 4-5 (the last one
   closed by the job's normal end). Batch 0 is the trace itself: as many events as the pickle's device trace,
   event for event (action and size); batches 1, 2 and 3 match the first run's, event for event.
@@ -28,6 +30,8 @@ ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segmen
 
 
 def run(work: Path, run_name: str, settings: dict) -> str:
+    (work / run_name / "oomflight").mkdir(parents=True, exist_ok=True)
+    (work / run_name / "oomflight" / "notes.h5").write_text("not an archive: retention must leave it alone")
     cmd = ["mpirun", "--oversubscribe", "-np", "4"]
     for k, v in settings.items():
         cmd += ["-x", f"{k}={v}"]
@@ -59,12 +63,16 @@ class Snapshots(unittest.TestCase):
         cls.work = Path(tempfile.mkdtemp(prefix="oomflight-snapshots-"))
         cls.out_once = run(cls.work, "once", {"OOMFLIGHT_SKIP_BATCHES": "1", "OOMFLIGHT_INTERVAL": "3ba"})
         cls.out_every = run(cls.work, "every", {"OOMFLIGHT_SKIP_BATCHES": "0", "OOMFLIGHT_SNAPSHOT_EVERY": "2ba"})
+        cls.out_count = run(cls.work, "count", {"OOMFLIGHT_SKIP_BATCHES": "0", "OOMFLIGHT_SNAPSHOT_EVERY": "1ba",
+                                                "OOMFLIGHT_MAX_DUMPS": "2"})
+        cls.out_size = run(cls.work, "size", {"OOMFLIGHT_SKIP_BATCHES": "0", "OOMFLIGHT_SNAPSHOT_EVERY": "1ba",
+                                              "OOMFLIGHT_MAX_TOTAL_MB": "1"})
         with open(TRACE, "rb") as f:
             cls.trace = pickle.load(f)["device_traces"][0]
 
     def test_one_window_skip_1_interval_3(self):
         folder = self.work / "once" / "oomflight"
-        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["snapshot.1.h5"], self.out_once)
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["notes.h5", "snapshot.1.h5"], self.out_once)
         path = folder / "snapshot.1.h5"
         with h5py.File(path, "r") as f:
             self.assertEqual(f.attrs["kind"], b"snapshot")
@@ -96,7 +104,7 @@ class Snapshots(unittest.TestCase):
     def test_every_2_batches_gives_three_windows_and_matches_the_trace(self):
         folder = self.work / "every" / "oomflight"
         self.assertEqual(sorted(p.name for p in folder.iterdir()),
-                         ["snapshot.0.h5", "snapshot.2.h5", "snapshot.4.h5"], self.out_every)
+                         ["notes.h5", "snapshot.0.h5", "snapshot.2.h5", "snapshot.4.h5"], self.out_every)
         windows = {}
         for name, window in (("snapshot.0.h5", (0, 1)), ("snapshot.2.h5", (2, 3)), ("snapshot.4.h5", (4, 5))):
             with h5py.File(folder / name, "r") as f:
@@ -114,6 +122,17 @@ class Snapshots(unittest.TestCase):
             self.assertEqual(of_batch(windows[(2, 3)][rank], 2), of_batch(once[rank], 2))
             self.assertEqual(of_batch(windows[(2, 3)][rank], 3), of_batch(once[rank], 3))
             self.assertEqual(sorted({b for b, *_ in windows[(4, 5)][rank]} - {3}), [4, 5])
+
+
+    def test_retention_keeps_the_newest_by_count_and_by_size(self):
+        names = sorted(p.name for p in (self.work / "count" / "oomflight").iterdir())
+        self.assertEqual(names, ["notes.h5", "snapshot.4.h5", "snapshot.5.h5"], self.out_count)
+        self.assertEqual(self.out_count.count("retention: removed"), 4, self.out_count)
+        self.assertIn("(OOMFLIGHT_MAX_DUMPS=2; 2 archives of this run", self.out_count)
+        # Each archive is bigger than 1 MB: only the one just written may stay, every time.
+        names = sorted(p.name for p in (self.work / "size" / "oomflight").iterdir())
+        self.assertEqual(names, ["notes.h5", "snapshot.5.h5"], self.out_size)
+        self.assertIn("(OOMFLIGHT_MAX_TOTAL_MB=1; 1 archives of this run", self.out_size)
 
 
 if __name__ == "__main__":

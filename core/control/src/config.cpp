@@ -128,6 +128,18 @@ std::vector<OptionSpec> make_table() {
        [](Config& c, std::string_view v) {
          if (!v.empty()) c.snapshot_every_batches = parse_batches(v);
        }},
+      {"OOMFLIGHT_MAX_DUMPS", "integer", "",
+       "Retention: after each archive, keep only the newest this many archives of this run in its folder (the "
+       "one just written always stays; rank-local files are not counted). Unset: keep all.",
+       [](Config& c, std::string_view v) {
+         if (!v.empty()) c.max_dumps = parse_positive(v, std::size_t{1} << 30);
+       }},
+      {"OOMFLIGHT_MAX_TOTAL_MB", "integer", "",
+       "Retention: after each archive, remove this run's oldest archives in its folder until they take at most "
+       "this many MB (10^6 bytes); the one just written always stays. Unset: no limit.",
+       [](Config& c, std::string_view v) {
+         if (!v.empty()) c.max_total_bytes = static_cast<std::uint64_t>(parse_positive(v, std::size_t{1} << 40)) * 1000000;
+       }},
       {"OOMFLIGHT_FOLDER", "template", "{run_name}/oomflight",
        "Folder for archives and rank-local files, relative to the working directory.",
        [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},

@@ -9,6 +9,7 @@
 #include "oomflight/base/units.hpp"
 #include "oomflight/control/mpi_job.hpp"
 #include "oomflight/format/collective_writer.hpp"
+#include "retention.hpp"
 #include "snapshot_events.hpp"
 #include "trigger_protocol.hpp"
 
@@ -94,6 +95,7 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     write_archive(path, header,
                   RankDump{executor_->rank_row(h, false, request), events, &h.stacks, h.batches.rows, h.context});
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
+    prune_archives(path, identity_.run_name, config_);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", window.first, window.last, e.what());
   }
@@ -129,6 +131,7 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   switch (r.status) {
     case DumpResult::Status::archive:
       log().info("{}; archive {} written in {}", summary, r.path, format_seconds(r.seconds));
+      prune_archives(r.path, identity_.run_name, config_);
       break;
     case DumpResult::Status::rank_local:
       log().warn("{}; rank-local file {} written in {}{}", summary, r.path, format_seconds(r.seconds),

@@ -21,6 +21,7 @@
 
 #include "dump_signal.hpp"
 #include "oomflight/format/collective_writer.hpp"
+#include "retention.hpp"
 #include "snapshot_events.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
@@ -278,6 +279,7 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
   if (id_.rank == 0) {
     log().info("snapshot of batches {} to {}: archive {} written by {} ranks in {}", w.first, w.last, path.data(),
                id_.world_size, format_seconds(seconds_since(start)));
+    prune_archives(path.data(), id_.run_name, config_);
   }
 }
 
@@ -472,6 +474,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
     log().info("{}; archive {} written by {} of {} ranks in {}",
                dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes), r.path, size,
                size, format_seconds(r.seconds));
+    prune_archives(r.path, id_.run_name, config_);  // one rank prunes: the one that names the archive
   }
   return r;
 }

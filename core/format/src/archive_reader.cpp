@@ -259,26 +259,25 @@ std::string_view Archive::string(std::uint32_t id) const {
   return id < strings.size() ? std::string_view(strings[id]) : std::string_view();
 }
 
-Archive read_archive(const std::string& path) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  Reader r(path);
-  r.open();
-  Archive a;
-  a.path = path;
+namespace {
+
+// The root attributes, checked: what read_archive_header returns and read_archive starts with.
+ArchiveHeader read_header(Reader& r) {
+  ArchiveHeader h;
   const auto version = r.int_attribute("schema_version");
   if (version.size() != 1) r.fail("root attribute 'schema_version' is not a single integer");
-  a.header.schema_version = version[0];
-  if (a.header.schema_version > kSchemaVersion || a.header.schema_version < 1) {
-    r.fail(fmt::format("written with archive schema {}; this oomflight reads schema 1 to {}",
-                       a.header.schema_version, kSchemaVersion));
+  h.schema_version = version[0];
+  if (h.schema_version > kSchemaVersion || h.schema_version < 1) {
+    r.fail(fmt::format("written with archive schema {}; this oomflight reads schema 1 to {}", h.schema_version,
+                       kSchemaVersion));
   }
-  a.header.producer = r.string_attribute("producer");
+  h.producer = r.string_attribute("producer");
   // Since 0.2 the writer marks a finished file last; a file without the mark (a crash mid-write, or a partial
   // file renamed by hand) is refused. 0.1.x wrote no mark but never gave an unfinished file a final name.
   if (H5Aexists(r.file(), kCompleteAttribute) <= 0) {
-    if (!a.header.producer.starts_with("oomflight 0.1.")) {
+    if (!h.producer.starts_with("oomflight 0.1.")) {
       r.fail(fmt::format("incomplete archive: the dump that wrote it did not finish (no root attribute '{}'; "
-                         "written by {})", kCompleteAttribute, a.header.producer));
+                         "written by {})", kCompleteAttribute, h.producer));
     }
   } else {
     const auto complete = r.int_attribute(kCompleteAttribute);
@@ -286,22 +285,41 @@ Archive read_archive(const std::string& path) {
       r.fail(fmt::format("incomplete archive: root attribute '{}' is not 1", kCompleteAttribute));
     }
   }
-  a.header.run_name = r.string_attribute("run_name");
-  a.header.kind = r.string_attribute("kind");
-  a.header.created_at_utc = r.string_attribute("created_at_utc");
-  a.header.reason = r.string_attribute("reason");
-  a.header.origin_ranks = r.int_attribute("origin_ranks");
+  h.run_name = r.string_attribute("run_name");
+  h.kind = r.string_attribute("kind");
+  h.created_at_utc = r.string_attribute("created_at_utc");
+  h.reason = r.string_attribute("reason");
+  h.origin_ranks = r.int_attribute("origin_ranks");
   const auto world = r.int_attribute("world_size");
-  a.header.world_size = world.empty() ? 0 : world[0];
-  a.header.ranks_present = r.int_attribute("ranks_present");
+  h.world_size = world.empty() ? 0 : world[0];
+  h.ranks_present = r.int_attribute("ranks_present");
   if (H5Aexists(r.file(), "window_first_batch") > 0) {
-    a.header.window_first_batch = r.int64_attribute("window_first_batch");
-    a.header.window_last_batch = r.int64_attribute("window_last_batch");
-    if (a.header.window_first_batch < 0 || a.header.window_last_batch < a.header.window_first_batch) {
+    h.window_first_batch = r.int64_attribute("window_first_batch");
+    h.window_last_batch = r.int64_attribute("window_last_batch");
+    if (h.window_first_batch < 0 || h.window_last_batch < h.window_first_batch) {
       r.fail(fmt::format("root attributes 'window_first_batch' {} and 'window_last_batch' {} are not a window",
-                         a.header.window_first_batch, a.header.window_last_batch));
+                         h.window_first_batch, h.window_last_batch));
     }
   }
+  return h;
+}
+
+}  // namespace
+
+ArchiveHeader read_archive_header(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  Reader r(path);
+  r.open();
+  return read_header(r);
+}
+
+Archive read_archive(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  Reader r(path);
+  r.open();
+  Archive a;
+  a.path = path;
+  a.header = read_header(r);
 
   a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
   a.events = r.rows<Event>(dataset::events, h5::event_type());

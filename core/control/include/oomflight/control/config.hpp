@@ -34,6 +34,10 @@ struct OOMFLIGHT_API Config {
   std::optional<std::int64_t> skip_batches;
   std::optional<std::int64_t> interval_batches;
   std::optional<std::int64_t> snapshot_every_batches;
+  /// Retention: after each archive, the oldest archives of this run in its folder beyond this many are removed.
+  std::optional<std::size_t> max_dumps;
+  /// Retention: ... and beyond this many bytes in all (OOMFLIGHT_MAX_TOTAL_MB, in MB of 10^6 bytes).
+  std::optional<std::uint64_t> max_total_bytes;
   FilenameTemplate folder;            ///< folder of every file, relative to the working directory
   FilenameTemplate filename;          ///< archive name (written by all ranks together)
   FilenameTemplate rank_filename;     ///< rank-local file name (written by one rank alone)

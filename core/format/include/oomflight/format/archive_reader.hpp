@@ -47,4 +47,8 @@ struct OOMFLIGHT_API Archive {
 /// one thread at a time (Debian's parallel HDF5 is not built thread-safe).
 OOMFLIGHT_API Archive read_archive(const std::string& path);
 
+/// Reads only the root attributes of `path` (cheap: no dataset is read), checked as read_archive checks them.
+/// Throws ArchiveError as read_archive. Same thread rule.
+OOMFLIGHT_API ArchiveHeader read_archive_header(const std::string& path);
+
 }  // namespace oomflight
