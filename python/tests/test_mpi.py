@@ -63,3 +63,49 @@ class OneArchiveOfAllRanks(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+SNAPSHOT_THEN_OOM = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import oomflight
+    oomflight.init(run_name="both", folder="out", dump_timeout="20s", skip_batches=1, interval="2ba")
+    rank, size = oomflight.rank()
+    for batch in range(5):
+        oomflight.mark_batch(batch)
+        for i in range(10 * (batch + 1)):
+            oomflight.record("alloc", 0, (batch << 20) + 0x1000 * i, 512 * (rank + 1))
+        if batch == 3:  # batch 3 ended the window 1-2: wait for its archive, written by the watchers meanwhile
+            while not Path("out/snapshot.1.h5").exists():
+                time.sleep(0.01)
+    if rank == 1:
+        oomflight.trigger_oom(0, "CUDA out of memory. Tried to allocate 1.00 GiB", 1 << 30, 0)
+        raise SystemExit("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB")
+    time.sleep(120)
+""")
+
+
+class SnapshotAndOom(unittest.TestCase):
+    def test_a_snapshot_window_and_an_oom_in_one_run_give_both_archives(self):
+        cwd = scratch()
+        (cwd / "job.py").write_text(SNAPSHOT_THEN_OOM)
+        out = run(["mpirun", "--oversubscribe", "-np", "2", PY, "job.py"], cwd, child_env())
+        self.assertIn("torch.OutOfMemoryError", out.stderr)
+        self.assertEqual([p.name for p in archives(cwd / "out")], ["oom.4.h5", "snapshot.1.h5"],
+                         out.stdout + out.stderr)
+        snap = read_archive(cwd / "out" / "snapshot.1.h5")
+        self.assertEqual(snap["attrs"]["kind"], "snapshot")
+        self.assertEqual((snap["attrs"]["window_first_batch"], snap["attrs"]["window_last_batch"]), (1, 2))
+        for row in snap["ranks"]:
+            mine = snap["events"][int(row["event_offset"]):int(row["event_offset"]) + int(row["event_count"])]
+            window = mine[mine["batch"] >= 1]
+            # batch 0's 10 allocs are never freed: the state at the window's start; then batches 1 and 2
+            self.assertEqual(len(mine[mine["batch"] == 0]), 10)
+            self.assertEqual(sorted(set(window["batch"].tolist())), [1, 2])
+            self.assertEqual(len(window), (1 + 20) + (1 + 30), "each batch's step event and allocs")
+            self.assertTrue(all(window["size"][window["action"] == 0] == 512 * (int(row["rank"]) + 1)))
+        oom = read_archive(cwd / "out" / "oom.4.h5")
+        self.assertEqual(oom["attrs"]["kind"], "oom")
+        self.assertEqual(list(oom["attrs"]["origin_ranks"]), [1])
+        self.assertEqual(list(oom["attrs"]["ranks_present"]), [0, 1])
+        self.assertEqual(oom["attrs"]["complete"], 1)
