@@ -1,5 +1,6 @@
 """SIGUSR1 to one rank of a running 4-rank job: every rank dumps into one archive of kind "signal", and training
-goes on to its normal end. The archive's per-batch table is checked against the trace: every step of the replay
+goes on to its normal end. And with OOMFLIGHT_DUMP_ON_EXIT=1, SIGTERM to every rank (as a scheduler tears a job
+down): one archive of kind "exit" of all ranks, then every rank ends by SIGTERM, within the dump's bound. The archive's per-batch table is checked against the trace: every step of the replay
 is the same trace, so every ended batch of every rank has the same alloc count and the same own peak, the peak
 the replay itself reports.
 
@@ -22,6 +23,7 @@ TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
+SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 
 def replay_pid(rank: int):
@@ -38,14 +40,18 @@ def replay_pid(rank: int):
     return None
 
 
-def catches_sigusr1(pid: int) -> bool:
-    """Whether the process has a handler for SIGUSR1 (oomflight's session has started): /proc's SigCgt mask."""
+def catches(pid: int, bit: int = SIGUSR1_BIT) -> bool:
+    """Whether the process has a handler for the signal (oomflight's session has started): /proc's SigCgt mask."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
     mask = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)
-    return bool(mask) and (int(mask.group(1), 16) & SIGUSR1_BIT) != 0
+    return bool(mask) and (int(mask.group(1), 16) & bit) != 0
+
+
+def catches_sigusr1(pid: int) -> bool:
+    return catches(pid, SIGUSR1_BIT)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -109,6 +115,56 @@ class SignalDump(unittest.TestCase):
             self.assertTrue((ended["oom_events"] == 0).all())
         self.assertEqual(len(counts), 1, f"every step replays the same trace: alloc counts {counts}")
         self.assertGreater(counts.pop(), 1000)
+
+    def test_sigterm_with_dump_on_exit_writes_every_rank_then_ends_the_job(self):
+        work = Path(tempfile.mkdtemp(prefix="oomflight-exit-"))
+        cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", "OOMFLIGHT_DUMP_ON_EXIT=1", "-x",
+               "OOMFLIGHT_DUMP_TIMEOUT=5s", CLI, "run", "--run-name", "exit", "--", CLI, "replay", TRACE,
+               "--device-memory", "64GiB", "--steps", "100000"]
+        proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        deadline = time.monotonic() + 60
+        pids = []
+        while time.monotonic() < deadline and not (len(pids) == 4 and all(catches(p, SIGTERM_BIT) for p in pids)):
+            pids = [p for p in (replay_pid(r) for r in range(4)) if p]
+            time.sleep(0.01)
+        self.assertEqual(len(pids), 4, "the four ranks never installed their SIGTERM handler")
+        while time.monotonic() < deadline and cpu_seconds(pids[0]) < 1.0:
+            time.sleep(0.01)
+        sent = time.monotonic()
+        for pid in pids:  # as a scheduler does: every rank at once
+            os.kill(pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - sent
+        self.assertLess(took, 3 * 5 + 20, f"the job outlived the dump's bound:\n{out}")
+        self.assertNotEqual(proc.returncode, 0, out)
+        self.assertIn("exited on signal 15 (Terminated)", out)
+        self.assertIn("writing the history of every rank: SIGTERM received", out)
+        archives = sorted((work / "exit" / "oomflight").glob("*.h5"))
+        self.assertEqual(len(archives), 1, f"{archives}\n{out}")
+        self.assertRegex(archives[0].name, r"^exit\.\d+\.h5$")
+        with h5py.File(archives[0], "r") as f:
+            self.assertEqual(f.attrs["kind"], b"exit")
+            self.assertEqual(list(f.attrs["ranks_present"]), [0, 1, 2, 3])
+            self.assertTrue(set(f.attrs["origin_ranks"]) <= {0, 1, 2, 3} and len(f.attrs["origin_ranks"]) >= 1)
+            self.assertTrue((f["ranks"]["event_count"] > 0).all())
+
+    def test_without_dump_on_exit_sigterm_is_left_alone(self):
+        work = Path(tempfile.mkdtemp(prefix="oomflight-noexit-"))
+        cmd = ["mpirun", "--oversubscribe", "-np", "2", CLI, "run", "--run-name", "plain", "--", CLI, "replay", TRACE,
+               "--device-memory", "64GiB", "--steps", "100000"]
+        proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        deadline = time.monotonic() + 60
+        pid = None
+        while time.monotonic() < deadline and not (pid and catches_sigusr1(pid)):
+            pid = replay_pid(0)
+            time.sleep(0.01)
+        self.assertTrue(pid and catches_sigusr1(pid), "the session never started")
+        self.assertFalse(catches(pid, SIGTERM_BIT), "oomflight must not catch SIGTERM unless asked to")
+        proc.kill()
+        proc.communicate()
+        subprocess.run(["pkill", "-KILL", "-f", f"replay {TRACE}"], check=False)
 
 
 if __name__ == "__main__":

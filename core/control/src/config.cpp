@@ -169,6 +169,11 @@ std::vector<OptionSpec> make_table() {
        "Keep every rank's rank-local file after the archive is written and verified. 0: remove them then (they "
        "stay whenever the archive fails; `oomflight merge` joins them).",
        [](Config& c, std::string_view v) { c.keep_rank_files = parse_bool(v); }},
+      {"OOMFLIGHT_DUMP_ON_EXIT", "bool", "0",
+       "On SIGTERM (a scheduler or watchdog tearing the job down), write every rank's history into one archive of "
+       "kind exit, then end the process as SIGTERM would. Only where SIGTERM is at its default action; the dump is "
+       "bounded by OOMFLIGHT_DUMP_TIMEOUT, and a sender's grace period shorter than the dump cuts it short.",
+       [](Config& c, std::string_view v) { c.dump_on_exit = parse_bool(v); }},
       {"OOMFLIGHT_LIBRARY", "path", "",
        "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: beside the "
        "`oomflight` on PATH, then the loader's search path.",

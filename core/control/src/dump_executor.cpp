@@ -152,7 +152,9 @@ std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins
     return fmt::format("{} out of memory at batch {} (requested {}, {} free)", who, batch,
                        format_bytes(requested_bytes), format_bytes(device_free_bytes));
   }
-  return fmt::format("{} asked for a {} dump at batch {}", who, dump_kind_name(kind), batch);
+  const std::string_view name = dump_kind_name(kind);
+  const bool vowel = !name.empty() && std::string_view("aeiou").find(name.front()) != std::string_view::npos;
+  return fmt::format("{} asked for {} {} dump at batch {}", who, vowel ? "an" : "a", name, batch);
 }
 
 }  // namespace oomflight

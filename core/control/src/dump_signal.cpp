@@ -2,6 +2,7 @@
 #include "dump_signal.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 
@@ -9,12 +10,24 @@ namespace oomflight {
 namespace {
 
 std::atomic<int> g_requested{0};
+std::atomic<int> g_exit{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the handler may only touch a lock-free atomic");
 
 extern "C" void on_dump_signal(int) { g_requested.store(1, std::memory_order_relaxed); }
+extern "C" void on_exit_signal(int) { g_exit.store(1, std::memory_order_relaxed); }
 
-bool ours(const struct sigaction& action) {
-  return (action.sa_flags & SA_SIGINFO) == 0 && action.sa_handler == &on_dump_signal;
+bool ours(const struct sigaction& action, void (*handler)(int) = &on_dump_signal) {
+  return (action.sa_flags & SA_SIGINFO) == 0 && action.sa_handler == handler;
+}
+
+// Puts `sig`'s default action back if `handler` is still the one installed.
+void restore_default(int sig, void (*handler)(int)) {
+  struct sigaction current {};
+  if (sigaction(sig, nullptr, &current) != 0 || !ours(current, handler)) return;
+  struct sigaction restore {};
+  restore.sa_handler = SIG_DFL;
+  sigemptyset(&restore.sa_mask);
+  sigaction(sig, &restore, nullptr);
 }
 
 }  // namespace
@@ -31,15 +44,31 @@ bool install_dump_signal() {
   return sigaction(SIGUSR1, &handler, nullptr) == 0;
 }
 
-void uninstall_dump_signal() {
+void uninstall_dump_signal() { restore_default(SIGUSR1, &on_dump_signal); }
+
+bool take_dump_signal() { return g_requested.exchange(0, std::memory_order_relaxed) != 0; }
+
+bool install_exit_signal() {
   struct sigaction current {};
-  if (sigaction(SIGUSR1, nullptr, &current) != 0 || !ours(current)) return;
+  if (sigaction(SIGTERM, nullptr, &current) != 0) return false;
+  if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return false;
+  struct sigaction handler {};
+  handler.sa_handler = &on_exit_signal;
+  handler.sa_flags = SA_RESTART;
+  sigemptyset(&handler.sa_mask);
+  return sigaction(SIGTERM, &handler, nullptr) == 0;
+}
+
+void uninstall_exit_signal() { restore_default(SIGTERM, &on_exit_signal); }
+
+bool take_exit_signal() { return g_exit.exchange(0, std::memory_order_relaxed) != 0; }
+
+void end_with_sigterm() {
   struct sigaction restore {};
   restore.sa_handler = SIG_DFL;
   sigemptyset(&restore.sa_mask);
-  sigaction(SIGUSR1, &restore, nullptr);
+  sigaction(SIGTERM, &restore, nullptr);
+  kill(getpid(), SIGTERM);
 }
-
-bool take_dump_signal() { return g_requested.exchange(0, std::memory_order_relaxed) != 0; }
 
 }  // namespace oomflight

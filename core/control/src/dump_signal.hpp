@@ -19,4 +19,20 @@ void uninstall_dump_signal();
 /// Whether SIGUSR1 arrived since the last call (and clears it). Thread-safe.
 bool take_dump_signal();
 
+/// OOMFLIGHT_DUMP_ON_EXIT: catches SIGTERM (a scheduler's or mpirun's teardown) when it is at its default action,
+/// so that the watcher can write every rank's history (kind "exit") before the process ends. The handler only
+/// sets a flag; once the dump is done, end_with_sigterm() puts the default back and raises SIGTERM again, so the
+/// process ends as the sender meant. Returns whether it installed the handler.
+bool install_exit_signal();
+
+/// Puts SIGTERM's default action back if the handler installed is still oomflight's.
+void uninstall_exit_signal();
+
+/// Whether SIGTERM arrived since the last call (and clears it). Thread-safe.
+bool take_exit_signal();
+
+/// Restores SIGTERM's default action and sends SIGTERM to this process: it ends now, as it would have without
+/// oomflight. Does not return when SIGTERM is delivered.
+void end_with_sigterm();
+
 }  // namespace oomflight

@@ -70,6 +70,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
     : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
   signal_installed_ = install_dump_signal();
+  if (config_.dump_on_exit) exit_installed_ = install_exit_signal();
   if (config_.snapshots()) MPI_Comm_dup(comm_, &snapshot_comm_);  // collective, like this constructor
   watcher_ = std::thread([this] { watch(); });
 }
@@ -83,6 +84,7 @@ bool TriggerProtocol::shutdown() {
     if (stop_) return !abandoned_;
     stop_ = true;
     if (signal_installed_) uninstall_dump_signal();
+    if (exit_installed_ && !exiting_) uninstall_exit_signal();
     wake_.notify_all();
     done_.notify_all();
     // A watcher inside a dump may be blocked in an MPI or MPI-IO call that a stalled or dead rank never lets
@@ -149,12 +151,12 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   return last_result_;
 }
 
-void TriggerProtocol::queue_signal_dump() {
+void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
   // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
   if (pending_ || active_) return;
   DumpRequest request;
-  request.kind = DumpKind::signal;
-  request.reason = "SIGUSR1 received";
+  request.kind = kind;
+  request.reason = reason;
   FrozenHistory h = recorder_.freeze();
   announce(request, h.batch);
   pending_ = Pending{std::move(h), request};
@@ -189,12 +191,25 @@ void TriggerProtocol::watch_until_stopped() {
       // Sleep, not spin: an idle watcher costs one wake-up per poll interval.
       wake_.wait_for(lock, config_.poll_interval, [&] { return stop_ || pending_.has_value(); });
       if (stop_) return;
-      if (take_dump_signal()) queue_signal_dump();
+      if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
+      if (exit_installed_ && take_exit_signal()) {
+        exiting_ = true;
+        queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
+      }
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
     const bool remote = poll_trigger_message();
     if (local || remote) run_dump();
     poll_snapshots();
+    bool end = false;
+    {
+      std::lock_guard lock(mutex_);
+      end = exiting_ && !pending_ && !active_;
+    }
+    if (end) {
+      log().info("the dump asked for by SIGTERM is done; ending the process as SIGTERM would");
+      end_with_sigterm();  // the process ends here
+    }
   }
 }
 

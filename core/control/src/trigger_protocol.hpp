@@ -75,8 +75,9 @@ class TriggerProtocol {
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
   void announce(const DumpRequest& request, std::int64_t batch) const;
-  // SIGUSR1 arrived: freeze this rank and make it the origin of a signal dump (the watcher, mutex_ held).
-  void queue_signal_dump();
+  // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of `kind` (the watcher, mutex_
+  // held). A dump already asked for or under way covers it.
+  void queue_signal_dump(DumpKind kind, const char* reason);
   std::string write_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   void watch();
   void watch_until_stopped();
@@ -114,6 +115,8 @@ class TriggerProtocol {
   std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
+  bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
+  bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
   std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;

@@ -163,8 +163,9 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   for (const auto& s : pm.ranks) {
     if (!s.row.is_origin) continue;
     if (h.kind != "oom") {
-      line(fmt::format("  rank {} at batch {}: asked for a {} dump; device free {} of {}", s.row.rank, s.row.batch,
-                       h.kind, format_bytes(s.row.device_free_bytes),
+      const bool vowel = !h.kind.empty() && std::string_view("aeiou").find(h.kind.front()) != std::string_view::npos;
+      line(fmt::format("  rank {} at batch {}: asked for {} {} dump; device free {} of {}", s.row.rank, s.row.batch,
+                       vowel ? "an" : "a", h.kind, format_bytes(s.row.device_free_bytes),
                        s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
       const std::string reason = fixed_string(s.row.reason);
       if (!reason.empty()) line(fmt::format("    {}", reason));

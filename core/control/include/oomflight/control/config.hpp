@@ -45,6 +45,7 @@ struct OOMFLIGHT_API Config {
   std::chrono::milliseconds poll_interval{10};    ///< the watcher thread's sleep between MPI_Test polls
   bool overwrite = false;             ///< replace an existing file instead of choosing a new name
   bool keep_rank_files = false;       ///< keep every rank's safety copy after the archive is verified
+  bool dump_on_exit = false;          ///< on SIGTERM, dump every rank (kind exit), then end as SIGTERM would
   std::string log_level = "info";
   /// Every setting given (by the environment or explicitly), as its variable's name and text, in table order: what
   /// an archive's /context records as the run's OOMFLIGHT_* settings.
