@@ -9,3 +9,4 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 10 sleep
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin
+mpirun --oversubscribe -np 4 "$build/bench/oomflight_snapshot_bench" 100000 10 100

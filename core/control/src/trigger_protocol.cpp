@@ -292,8 +292,8 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
     return;
   }
   if (id_.rank == 0) {
-    log().info("snapshot of batches {} to {}: archive {} written by {} ranks in {}", w.first, w.last, path.data(),
-               id_.world_size, format_seconds(seconds_since(start)));
+    log().info("snapshot of batches {} to {}: archive {} written by {} {} in {}", w.first, w.last, path.data(),
+               id_.world_size, id_.world_size == 1 ? "rank" : "ranks", format_seconds(seconds_since(start)));
     prune_archives(path.data(), id_.run_name, config_);
   }
 }
