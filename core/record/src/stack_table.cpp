@@ -7,7 +7,7 @@
 namespace oomflight {
 
 std::uint32_t StackTable::intern_string(std::string_view s) {
-  auto it = string_ids_.find(std::string(s));
+  auto it = string_ids_.find(s);
   if (it != string_ids_.end()) return it->second;
   const auto id = static_cast<std::uint32_t>(table_.strings.size());
   table_.strings.emplace_back(s);
@@ -15,7 +15,7 @@ std::uint32_t StackTable::intern_string(std::string_view s) {
   return id;
 }
 
-std::uint32_t StackTable::intern_frame(const FrameRef& f) {
+std::uint32_t StackTable::intern_frame_locked(const FrameRef& f) {
   const FrameKey key{intern_string(f.function), intern_string(f.file), f.line};
   auto it = frame_ids_.find(key);
   if (it != frame_ids_.end()) return it->second;
@@ -25,13 +25,32 @@ std::uint32_t StackTable::intern_frame(const FrameRef& f) {
   return id;
 }
 
+std::uint32_t StackTable::intern_frame(const FrameRef& frame) {
+  std::lock_guard lock(mutex_);
+  return intern_frame_locked(frame);
+}
+
 std::int32_t StackTable::intern(std::span<const FrameRef> frames) {
   std::lock_guard lock(mutex_);
   scratch_.clear();
-  for (const auto& f : frames) scratch_.push_back(intern_frame(f));
-  std::string key(reinterpret_cast<const char*>(scratch_.data()), scratch_.size() * sizeof(std::uint32_t));
-  auto it = stack_ids_.find(key);
+  for (const auto& f : frames) scratch_.push_back(intern_frame_locked(f));
+  return intern_scratch_locked();
+}
+
+std::int32_t StackTable::intern_frame_ids(std::span<const std::uint32_t> frame_ids) {
+  std::lock_guard lock(mutex_);
+  for (const std::uint32_t id : frame_ids) {
+    if (id >= table_.frames.size()) throw std::invalid_argument("intern_frame_ids: not a frame id of this table");
+  }
+  scratch_.assign(frame_ids.begin(), frame_ids.end());
+  return intern_scratch_locked();
+}
+
+std::int32_t StackTable::intern_scratch_locked() {
+  const std::string_view bytes(reinterpret_cast<const char*>(scratch_.data()), scratch_.size() * sizeof(std::uint32_t));
+  auto it = stack_ids_.find(bytes);
   if (it != stack_ids_.end()) return it->second;
+  std::string key(bytes);
   if (table_.stacks.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw std::length_error("stack table is full (2^31 stacks)");
   }

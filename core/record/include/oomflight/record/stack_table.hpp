@@ -54,6 +54,15 @@ class OOMFLIGHT_API StackTable {
   /// Throws std::length_error when the table already holds 2^31 - 1 stacks, std::bad_alloc when memory runs out.
   std::int32_t intern(std::span<const FrameRef> frames);
 
+  /// Interns one frame and returns its id (an index into StackTableCopy::frames). For sources that see the same
+  /// frame many times (a PyTorch snapshot shares each frame dict among every stack that holds it): intern each
+  /// once, then intern stacks by id. Throws std::bad_alloc.
+  std::uint32_t intern_frame(const FrameRef& frame);
+
+  /// Interns a stack given by frame ids (from intern_frame), innermost first; the same id as intern() gives for
+  /// the same frames. Throws std::invalid_argument for an id that intern_frame() never returned, and as intern().
+  std::int32_t intern_frame_ids(std::span<const std::uint32_t> frame_ids);
+
   /// Copies the whole table (for a dump). Thread-safe with concurrent intern(). Throws std::bad_alloc.
   StackTableCopy copy() const;
 
@@ -62,7 +71,14 @@ class OOMFLIGHT_API StackTable {
 
  private:
   std::uint32_t intern_string(std::string_view s);
-  std::uint32_t intern_frame(const FrameRef& f);
+  std::uint32_t intern_frame_locked(const FrameRef& f);
+  std::int32_t intern_scratch_locked();  // the stack of frame ids in scratch_
+
+  // Heterogeneous lookup: a string_view finds a std::string key without building one.
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
 
   struct FrameKey {
     std::uint32_t function, file;
@@ -78,9 +94,9 @@ class OOMFLIGHT_API StackTable {
 
   mutable std::mutex mutex_;
   StackTableCopy table_;
-  std::unordered_map<std::string, std::uint32_t> string_ids_;
+  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> string_ids_;
   std::unordered_map<FrameKey, std::uint32_t, FrameKeyHash> frame_ids_;
-  std::unordered_map<std::string, std::int32_t> stack_ids_;  // key: the frame ids' bytes
+  std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>> stack_ids_;  // key: the ids' bytes
   std::vector<std::uint32_t> scratch_;
 };
 
