@@ -21,8 +21,9 @@ TEST(TextReport, NamesTheOriginsTheirRequestsEveryRankAndTheLargestBlocksWithFra
            "origin: ranks 2, 3 (rank 2 failed first)\n",
            "  rank 2 at batch 0: requested 12.00 KiB, device free 77 B of 3.81 MiB\n",
            "    driver: out of memory on rank 3\n",
-           "largest live allocations on rank 3 (of 50 live blocks, 48.97 KiB in the recorded history; 976.56 KiB "
+           "live memory on rank 3 by call site (of 50 live blocks, 48.97 KiB in the recorded history; 976.56 KiB "
            "allocated in all):\n",
+           "  (927.59 KiB were allocated before the recorded history begins)\n   1. 50 blocks x 1003 B = 48.97 KiB\n",
            "        train_step (driver.py:4)\n",
            "  rank 1: 1.91 MiB reserved of 3.81 MiB (50.0%), 1.91 MiB headroom; peak reserved 2.38 MiB\n",
        }) {
@@ -72,6 +73,34 @@ TEST(TextReport, PerBatchPeaksShowWhichRankDrifted) {
        }) {
     EXPECT_NE(text.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << text;
   }
+}
+
+// A stack with no Python frame starts with the allocator's own C++ frames: the report shows the first frame that
+// is not the allocator's (memory_viz hides them the same way).
+TEST(TextReport, TopFramesSkipTheAllocatorsOwn) {
+  Archive a = read_archive(std::string(OOMFLIGHT_SOURCE_DIR) + "/tests/data/v1/oom-4ranks-2origins.h5");
+  const auto string_id = [&](const char* text) {
+    a.strings.push_back(text);
+    return static_cast<std::uint32_t>(a.strings.size() - 1);
+  };
+  const std::uint32_t cpp = string_id("Blas.cpp");
+  a.frames.push_back(FrameRow{string_id("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"), cpp, 1});
+  a.frames.push_back(FrameRow{string_id("at::detail::empty_generic"), cpp, 2});
+  a.frames.push_back(FrameRow{string_id("at::native::baddbmm_out_cuda_impl"), cpp, 3});
+  a.stack_frames.insert(a.stack_frames.end(), {static_cast<std::uint32_t>(a.frames.size() - 3),
+                                               static_cast<std::uint32_t>(a.frames.size() - 2),
+                                               static_cast<std::uint32_t>(a.frames.size() - 1)});
+  a.stacks.push_back(StackRow{a.stack_frames.size() - 3, 3, 0});
+  // Rank 3's live blocks all get that stack.
+  const RankRow* row = a.rank_row(3);
+  for (std::uint64_t i = 0; i < row->event_count; ++i) {
+    a.events[row->event_offset + i].stack_id = static_cast<std::int32_t>(a.stacks.size() - 1);
+  }
+  const std::string text = render_report(a, analyze(a, 2), 1);
+  EXPECT_NE(text.find("   1. 50 blocks x 1003 B = 48.97 KiB\n        at::native::baddbmm_out_cuda_impl (Blas.cpp:3)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("CUDACachingAllocator"), std::string::npos) << text;
 }
 
 }  // namespace

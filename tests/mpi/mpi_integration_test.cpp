@@ -126,7 +126,7 @@ TEST(MpiReplay, FourRanksTheDemo) {
   EXPECT_EQ(report.exit_code, 0) << report.output;
   EXPECT_NE(report.output.find("origin: rank 2"), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("rank 2 at batch 0: requested 100.00 MiB"), std::string::npos) << report.output;
-  EXPECT_NE(report.output.find("largest live allocations on rank 2"), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("live memory on rank 2 by call site"), std::string::npos) << report.output;
   const auto dump = run_command(fmt::format("h5dump -H {}", a.path), dir.path());
   EXPECT_EQ(dump.exit_code, 0) << dump.output;
   EXPECT_NE(dump.output.find("\"free_requested\""), std::string::npos) << "action enum names in the file";

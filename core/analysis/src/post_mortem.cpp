@@ -38,6 +38,20 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
       return x.size != y.size ? x.size > y.size : x.addr < y.addr;
     });
     if (s.largest.size() > top) s.largest.resize(top);
+    std::unordered_map<std::int32_t, CallSite> sites;
+    for (const auto& [addr, l] : live) {
+      CallSite& c = sites[l.stack_id];
+      c.stack_id = l.stack_id;
+      c.smallest = c.blocks == 0 ? l.size : std::min(c.smallest, l.size);
+      ++c.blocks;
+      c.bytes += l.size;
+      c.largest = std::max(c.largest, l.size);
+    }
+    for (const auto& [id, c] : sites) s.call_sites.push_back(c);
+    std::sort(s.call_sites.begin(), s.call_sites.end(), [](const CallSite& x, const CallSite& y) {
+      return x.bytes != y.bytes ? x.bytes > y.bytes : x.stack_id < y.stack_id;
+    });
+    if (s.call_sites.size() > top) s.call_sites.resize(top);
   }
   return s;
 }

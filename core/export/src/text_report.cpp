@@ -11,18 +11,38 @@
 namespace oomflight {
 namespace {
 
-// The frames worth showing: Python frames first (the user's code), else any frame with a known file.
+// The allocator's own frames, which sit on top of every stack and say nothing about who allocated (memory_viz
+// hides them the same way): the caching allocator, the unwinder, the empty-tensor factories, PyTorch's memory
+// module, and oomflight's own hooks.
+bool allocator_frame(const Archive& a, const FrameRow& f) {
+  static constexpr std::string_view kInternals[] = {
+      "CUDACachingAllocator", "torch::unwind",        "c10::cuda::",         "at::native::empty",
+      "at::empty",            "at::detail::empty",    "_empty_generic",      "empty_strided",
+      "gather_with_cpp",      "memory_snapshot.cpp",  "c10::impl::",         "torch/cuda/memory.py",
+      "torch/cuda/_memory_viz.py", "oomflight"};
+  const auto function = a.string(f.function);
+  const auto file = a.string(f.file);
+  for (const auto word : kInternals) {
+    if (function.find(word) != std::string_view::npos || file.find(word) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// The frames worth showing: Python frames first (the user's code), else any frame with a known file that is not
+// the allocator's own.
 std::vector<const FrameRow*> frames_to_show(const Archive& a, std::int32_t stack_id, std::size_t n) {
   const auto all = a.stack(stack_id);
   std::vector<const FrameRow*> out;
   for (const auto* f : all) {
     const auto file = a.string(f->file);
-    if (file.size() > 3 && file.substr(file.size() - 3) == ".py" && out.size() < n) out.push_back(f);
+    if (file.size() > 3 && file.substr(file.size() - 3) == ".py" && !allocator_frame(a, *f) && out.size() < n) {
+      out.push_back(f);
+    }
   }
   if (!out.empty()) return out;
   for (const auto* f : all) {
     if (out.size() >= n) break;
-    if (a.string(f->file) != "??") out.push_back(f);
+    if (a.string(f->file) != "??" && !allocator_frame(a, *f)) out.push_back(f);
   }
   return out;
 }
@@ -199,7 +219,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   for (const auto& s : pm.ranks) {
     if (!s.row.is_origin) continue;
     line("");
-    line(fmt::format("largest live allocations on rank {} (of {} live blocks, {} in the recorded history; {} "
+    line(fmt::format("live memory on rank {} by call site (of {} live blocks, {} in the recorded history; {} "
                      "allocated in all):",
                      s.row.rank, s.live_count, format_bytes(s.live_bytes_in_history),
                      format_bytes(s.row.allocated_bytes)));
@@ -207,12 +227,22 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
       line(fmt::format("  ({} were allocated before the recorded history begins)",
                        format_bytes(s.row.allocated_bytes - s.live_bytes_in_history)));
     }
-    for (std::size_t i = 0; i < s.largest.size(); ++i) {
-      const auto& l = s.largest[i];
-      line(fmt::format("  {:>2}. {:>11} at 0x{:x}, batch {}, {:.3f} s before the freeze", i + 1, format_bytes(l.size),
-                       l.addr, l.batch, (static_cast<double>(s.row.freeze_t_ns) - static_cast<double>(l.t_ns)) / 1e9));
-      for (const auto* f : frames_to_show(a, l.stack_id, frames)) {
-        line(fmt::format("        {} ({}:{})", a.string(f->function), a.string(f->file), f->line));
+    // By call site: identical stacks merged, so ten 100 MiB blocks of one line read as one line.
+    for (std::size_t i = 0; i < s.call_sites.size(); ++i) {
+      const CallSite& c = s.call_sites[i];
+      const std::string what =
+          c.blocks == 1 ? fmt::format("1 block of {}", format_bytes(c.bytes))
+          : c.smallest == c.largest
+              ? fmt::format("{} blocks x {} = {}", c.blocks, format_bytes(c.largest), format_bytes(c.bytes))
+              : fmt::format("{} blocks, {} in all, {} to {}", c.blocks, format_bytes(c.bytes), format_bytes(c.smallest),
+                            format_bytes(c.largest));
+      const auto shown = frames_to_show(a, c.stack_id, frames);
+      line(fmt::format("  {:>2}. {}{}", i + 1, what, c.stack_id == kNoStack ? " (no stack recorded)" : ""));
+      for (const auto* f : shown) {
+        // C++ frames spell out their template arguments: keep a line readable.
+        const auto function = a.string(f->function);
+        line(fmt::format("        {}{} ({}:{})", function.substr(0, 120), function.size() > 120 ? "..." : "",
+                         a.string(f->file), f->line));
       }
     }
   }

@@ -20,6 +20,15 @@ struct LiveAllocation {
   std::int32_t stack_id = kNoStack;
 };
 
+/// The live blocks of one stack (identical stacks merged): "10 blocks x 100 MiB at optimizers.py:82".
+struct CallSite {
+  std::int32_t stack_id = kNoStack;  ///< kNoStack: blocks recorded without a stack
+  std::size_t blocks = 0;
+  std::uint64_t bytes = 0;           ///< sum of the blocks' sizes
+  std::uint64_t largest = 0;         ///< the largest block
+  std::uint64_t smallest = 0;        ///< the smallest block (== largest when all are the same size)
+};
+
 /// One rank in the post-mortem.
 struct RankSummary {
   RankRow row;
@@ -27,6 +36,7 @@ struct RankSummary {
   std::uint64_t live_bytes_in_history = 0;  ///< sum of all LiveAllocation sizes (<= allocated_bytes)
   std::size_t live_count = 0;
   std::vector<LiveAllocation> largest;   ///< the largest live allocations, largest first (origins only)
+  std::vector<CallSite> call_sites;      ///< live bytes by stack, most bytes first, at most `top` (origins only)
   std::int64_t oom_utc_ns = 0;           ///< UTC ns of the last oom event, 0 when none
   std::uint64_t action_counts[kActionCount] = {};
 };
