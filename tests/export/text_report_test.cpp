@@ -26,6 +26,10 @@ TEST(TextReport, NamesTheOriginsTheirRequestsEveryRankAndTheLargestBlocksWithFra
            "  (927.59 KiB were allocated before the recorded history begins)\n   1. 50 blocks x 1003 B = 48.97 KiB\n",
            "        train_step (driver.py:4)\n",
            "  rank 1: 1.91 MiB reserved of 3.81 MiB (50.0%), 1.91 MiB headroom; peak reserved 2.38 MiB\n",
+           // Each origin against ranks 0 and 1: its blocks come from a line no peer allocates at.
+           "rank 3 against its 2 peers: 48.97 KiB live in the recorded history, the median peer 29.33 KiB "
+           "(+19.65 KiB): an outlier\n   +48.97 KiB at train_step (driver.py:4): 48.97 KiB against 0 B on the median "
+           "peer\n",
        }) {
     EXPECT_NE(text.find(expected), std::string::npos) << "missing: " << expected << "\nin:\n" << text;
   }

@@ -2,6 +2,7 @@
 #include "oomflight/analysis/post_mortem.hpp"
 
 #include <algorithm>
+#include <string>
 #include <unordered_map>
 
 namespace oomflight {
@@ -11,6 +12,40 @@ namespace {
 std::int64_t to_utc(const RankRow& row, std::int64_t t_ns) {
   return static_cast<std::int64_t>(static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(row.anchor_monotonic_ns) +
                                    static_cast<std::uint64_t>(row.anchor_realtime_ns));
+}
+
+// A call site's identity across ranks: its frames' text (each rank interns its own stack ids and strings).
+std::string site_key(const Archive& a, std::int32_t stack_id) {
+  std::string key;
+  for (const FrameRow* f : a.stack(stack_id)) {
+    key += a.string(f->function);
+    key += '\x1f';
+    key += a.string(f->file);
+    key += '\x1f';
+    key += std::to_string(f->line);
+    key += '\x1e';
+  }
+  return key;
+}
+
+// Live bytes by call site key, for one rank.
+std::unordered_map<std::string, std::uint64_t> live_by_site(const Archive& a, const RankRow& row) {
+  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;
+  for (const Event& e : a.events_of(row)) {
+    if (e.action == Action::alloc) live[e.addr] = {e.size, e.stack_id};
+    if (e.action == Action::free_completed) live.erase(e.addr);
+  }
+  std::unordered_map<std::int32_t, std::uint64_t> by_stack;
+  for (const auto& [addr, l] : live) by_stack[l.second] += l.first;
+  std::unordered_map<std::string, std::uint64_t> out;
+  for (const auto& [stack, bytes] : by_stack) out[site_key(a, stack)] += bytes;
+  return out;
+}
+
+std::uint64_t median(std::vector<std::uint64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::size_t top) {
@@ -74,6 +109,46 @@ PostMortem analyze(const Archive& archive, std::size_t top) {
     }
   }
   if (pm.first_origin < 0 && !pm.origins.empty()) pm.first_origin = pm.origins.front();
+  // Each origin against its peers, call site by call site: an outlier (a longer sequence, an imbalanced stage)
+  // holds more than the median peer somewhere; a job at the edge everywhere does not.
+  std::vector<std::unordered_map<std::string, std::uint64_t>> peers;
+  std::vector<std::uint64_t> peer_totals;
+  for (const auto& s : pm.ranks) {
+    if (std::find(pm.origins.begin(), pm.origins.end(), s.row.rank) != pm.origins.end()) continue;
+    peers.push_back(live_by_site(archive, s.row));
+    peer_totals.push_back(s.live_bytes_in_history);
+  }
+  if (peers.empty()) return pm;
+  for (auto& s : pm.ranks) {
+    if (std::find(pm.origins.begin(), pm.origins.end(), s.row.rank) == pm.origins.end()) continue;
+    s.peers_median_live_bytes = median(peer_totals);
+    // The origin's own sites, with a stack id to show frames by.
+    std::unordered_map<std::string, CallSiteDiff> diffs;
+    std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;
+    for (const Event& e : archive.events_of(s.row)) {
+      if (e.action == Action::alloc) live[e.addr] = {e.size, e.stack_id};
+      if (e.action == Action::free_completed) live.erase(e.addr);
+    }
+    for (const auto& [addr, l] : live) {
+      CallSiteDiff& d = diffs[site_key(archive, l.second)];
+      d.stack_id = l.second;
+      d.origin_bytes += l.first;
+    }
+    for (auto& [key, d] : diffs) {
+      std::vector<std::uint64_t> on_peers;
+      for (const auto& p : peers) {
+        const auto it = p.find(key);
+        on_peers.push_back(it == p.end() ? 0 : it->second);
+      }
+      d.peers_median_bytes = median(on_peers);
+      if (d.origin_bytes > d.peers_median_bytes) s.against_peers.push_back(d);
+    }
+    std::sort(s.against_peers.begin(), s.against_peers.end(), [](const CallSiteDiff& x, const CallSiteDiff& y) {
+      const auto ex = x.origin_bytes - x.peers_median_bytes, ey = y.origin_bytes - y.peers_median_bytes;
+      return ex != ey ? ex > ey : x.stack_id < y.stack_id;
+    });
+    if (s.against_peers.size() > top) s.against_peers.resize(top);
+  }
   return pm;
 }
 

@@ -246,6 +246,43 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
       }
     }
   }
+  for (const auto& s : pm.ranks) {
+    if (!s.row.is_origin || pm.ranks.size() < 2) continue;
+    std::size_t peer_count = 0;
+    for (const auto& p : pm.ranks) peer_count += p.row.is_origin ? 0 : 1;
+    if (peer_count == 0) continue;
+    line("");
+    const double ratio = s.peers_median_live_bytes
+                             ? static_cast<double>(s.live_bytes_in_history) / static_cast<double>(s.peers_median_live_bytes)
+                             : 0.0;
+    const bool outlier = s.peers_median_live_bytes == 0 || ratio > 1.1;
+    line(fmt::format("rank {} against its {} peers: {} live in the recorded history, the median peer {} ({}){}",
+                     s.row.rank, peer_count, format_bytes(s.live_bytes_in_history),
+                     format_bytes(s.peers_median_live_bytes),
+                     signed_bytes(s.live_bytes_in_history, s.peers_median_live_bytes),
+                     outlier ? ": an outlier" : ": not an outlier; its peers held as much"));
+    for (std::size_t i = 0; i < s.against_peers.size() && i < 5; ++i) {
+      const CallSiteDiff& d = s.against_peers[i];
+      const auto shown = frames_to_show(a, d.stack_id, 1);
+      const std::string where = shown.empty() ? std::string("(no stack recorded)")
+                                              : fmt::format("{} ({}:{})", a.string(shown[0]->function).substr(0, 80),
+                                                            a.string(shown[0]->file), shown[0]->line);
+      line(fmt::format("  {:>11} at {}: {} against {} on the median peer",
+                       signed_bytes(d.origin_bytes, d.peers_median_bytes), where, format_bytes(d.origin_bytes),
+                       format_bytes(d.peers_median_bytes)));
+    }
+    // A smaller device, not more memory, is the other way to fail first.
+    std::vector<std::uint64_t> capacities;
+    for (const auto& p : pm.ranks) {
+      if (!p.row.is_origin && p.row.device_capacity_bytes) capacities.push_back(p.row.device_capacity_bytes);
+    }
+    std::sort(capacities.begin(), capacities.end());
+    if (!capacities.empty() && s.row.device_capacity_bytes &&
+        s.row.device_capacity_bytes != capacities[capacities.size() / 2]) {
+      line(fmt::format("  its device holds {}, the median peer's {}", format_bytes(s.row.device_capacity_bytes),
+                       format_bytes(capacities[capacities.size() / 2])));
+    }
+  }
   line("");
   line("other ranks against their capacity:");
   for (const auto& s : pm.ranks) {

@@ -29,6 +29,14 @@ struct CallSite {
   std::uint64_t smallest = 0;        ///< the smallest block (== largest when all are the same size)
 };
 
+/// One call site of an origin against the same call site on its peers (the other ranks present): a call site is
+/// the same across ranks when its frames (function, file, line) are, whatever each rank's stack ids.
+struct CallSiteDiff {
+  std::int32_t stack_id = kNoStack;     ///< the origin's stack id
+  std::uint64_t origin_bytes = 0;       ///< live on the origin
+  std::uint64_t peers_median_bytes = 0; ///< live at the same call site on the median peer (0 where absent)
+};
+
 /// One rank in the post-mortem.
 struct RankSummary {
   RankRow row;
@@ -37,6 +45,10 @@ struct RankSummary {
   std::size_t live_count = 0;
   std::vector<LiveAllocation> largest;   ///< the largest live allocations, largest first (origins only)
   std::vector<CallSite> call_sites;      ///< live bytes by stack, most bytes first, at most `top` (origins only)
+  /// Origins only: the call sites where the origin holds more than its median peer, largest excess first, at
+  /// most `top`; empty without peers.
+  std::vector<CallSiteDiff> against_peers;
+  std::uint64_t peers_median_live_bytes = 0;  ///< origins only: live bytes in the history of the median peer
   std::int64_t oom_utc_ns = 0;           ///< UTC ns of the last oom event, 0 when none
   std::uint64_t action_counts[kActionCount] = {};
 };
