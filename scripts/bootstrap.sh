@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
           libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev python3-h5py
-          python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev)
+          python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev
+          nlohmann-json3-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

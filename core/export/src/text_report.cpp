@@ -7,45 +7,10 @@
 #include <fmt/ranges.h>
 
 #include "oomflight/base/units.hpp"
+#include "oomflight/export/user_frames.hpp"
 
 namespace oomflight {
 namespace {
-
-// The allocator's own frames, which sit on top of every stack and say nothing about who allocated (memory_viz
-// hides them the same way): the caching allocator, the unwinder, the empty-tensor factories, PyTorch's memory
-// module, and oomflight's own hooks.
-bool allocator_frame(const Archive& a, const FrameRow& f) {
-  static constexpr std::string_view kInternals[] = {
-      "CUDACachingAllocator", "torch::unwind",        "c10::cuda::",         "at::native::empty",
-      "at::empty",            "at::detail::empty",    "_empty_generic",      "empty_strided",
-      "gather_with_cpp",      "memory_snapshot.cpp",  "c10::impl::",         "torch/cuda/memory.py",
-      "torch/cuda/_memory_viz.py", "oomflight"};
-  const auto function = a.string(f.function);
-  const auto file = a.string(f.file);
-  for (const auto word : kInternals) {
-    if (function.find(word) != std::string_view::npos || file.find(word) != std::string_view::npos) return true;
-  }
-  return false;
-}
-
-// The frames worth showing: Python frames first (the user's code), else any frame with a known file that is not
-// the allocator's own.
-std::vector<const FrameRow*> frames_to_show(const Archive& a, std::int32_t stack_id, std::size_t n) {
-  const auto all = a.stack(stack_id);
-  std::vector<const FrameRow*> out;
-  for (const auto* f : all) {
-    const auto file = a.string(f->file);
-    if (file.size() > 3 && file.substr(file.size() - 3) == ".py" && !allocator_frame(a, *f) && out.size() < n) {
-      out.push_back(f);
-    }
-  }
-  if (!out.empty()) return out;
-  for (const auto* f : all) {
-    if (out.size() >= n) break;
-    if (a.string(f->file) != "??" && !allocator_frame(a, *f)) out.push_back(f);
-  }
-  return out;
-}
 
 // What the table marks an origin with: its failure, or its request.
 const char* origin_mark(const Archive& a) { return a.header.kind == "oom" ? "out of memory" : "asked for the dump"; }
