@@ -41,6 +41,29 @@ TEST(TextReport, NamesTheOriginsTheirRequestsEveryRankAndTheLargestBlocksWithFra
   EXPECT_EQ(marked, 2u);
 }
 
+// Blocks allocated before the first batch (a replay's predating blocks, a model's weights) are counted and said.
+TEST(TextReport, CallSitesSayWhichBlocksWereAllocatedBeforeTheFirstBatch) {
+  Archive a = read_archive(std::string(OOMFLIGHT_SOURCE_DIR) + "/tests/data/v1/oom-4ranks-2origins.h5");
+  const RankRow* row = a.rank_row(3);
+  ASSERT_NE(row, nullptr);
+  std::size_t marked = 0;
+  for (std::size_t i = row->event_offset; i < row->event_offset + row->event_count && marked < 10; ++i) {
+    if (a.events[i].action == Action::alloc) {
+      a.events[i].batch = -1;
+      ++marked;
+    }
+  }
+  const PostMortem pm = analyze(a, 2);
+  const RankSummary& s = pm.ranks.at(3);
+  ASSERT_EQ(s.call_sites.size(), 1u);
+  EXPECT_EQ(s.call_sites[0].blocks, 50u);
+  EXPECT_EQ(s.call_sites[0].before_first_batch, 10u);
+  const std::string text = render_report(a, pm, 1);
+  EXPECT_NE(text.find("   1. 50 blocks x 1003 B = 48.97 KiB, 10 of them allocated before the first batch\n"),
+            std::string::npos)
+      << text;
+}
+
 // The per-batch table: each rank's own peaks, batch after batch, and who grew the most. The fixture predates
 // /batches, so the rows are added here: rank 2 (an origin) grows by 1 GiB a batch, the others stay flat.
 TEST(TextReport, PerBatchPeaksShowWhichRankDrifted) {

@@ -1,4 +1,5 @@
 // Integration tests: real mpirun jobs with 1, 2 and 4 ranks, real snapshots, real parallel HDF5 archives.
+#include <span>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -39,12 +40,30 @@ std::optional<Archive> failed_job_archive(const std::string& command, const Temp
   return read_archive(files[0].string());
 }
 
-// The origin's events are exactly its step marker and what the simulator emits up to the oom.
+// The events before a rank's first step marker: the trace's start state (the blocks that predate it), before any
+// batch. Returns how many there are.
+std::size_t expect_start_state(std::span<const Event> events, std::uint64_t capacity) {
+  const auto start = test::expected_start_state(kFullStep, capacity);
+  EXPECT_GT(start.size(), 1u);
+  if (events.size() < start.size()) {
+    ADD_FAILURE() << events.size() << " events, fewer than the " << start.size() << " of the start state";
+    return 0;
+  }
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    EXPECT_EQ(events[i].action, start[i].action) << "start event " << i;
+    EXPECT_EQ(events[i].addr, start[i].addr) << "start event " << i;
+    EXPECT_EQ(events[i].size, start[i].size) << "start event " << i;
+    EXPECT_EQ(events[i].batch, -1) << "start event " << i;
+  }
+  return start.size();
+}
+
+// The origin's events are exactly the start state, its step marker and what the simulator emits up to the oom.
 void expect_exact_origin_history(const Archive& a, int rank, std::uint64_t capacity) {
   const RankRow* row = a.rank_row(rank);
   ASSERT_NE(row, nullptr);
   const auto expected = test::expected_replay(kFullStep, capacity);
-  const auto events = a.events_of(*row);
+  const auto events = a.events_of(*row).subspan(expect_start_state(a.events_of(*row), capacity));
   ASSERT_EQ(events.size(), expected.size() + 1) << "rank " << rank;
   EXPECT_EQ(events[0].action, Action::step);
   for (std::size_t i = 0; i < expected.size(); ++i) {
@@ -63,7 +82,7 @@ void expect_prefix_history(const Archive& a, int rank) {
   const RankRow* row = a.rank_row(rank);
   ASSERT_NE(row, nullptr);
   const auto expected = test::expected_replay(kFullStep, parse_bytes("64GiB"));
-  const auto events = a.events_of(*row);
+  const auto events = a.events_of(*row).subspan(expect_start_state(a.events_of(*row), parse_bytes("64GiB")));
   ASSERT_LE(events.size(), expected.size() + 1);
   for (std::size_t i = 1; i < events.size(); ++i) {
     ASSERT_EQ(events[i].action, expected[i - 1].action) << "rank " << rank << " event " << i;

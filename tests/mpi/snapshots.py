@@ -2,7 +2,7 @@
 
 - OOMFLIGHT_SKIP_BATCHES=1 OOMFLIGHT_INTERVAL=3ba: exactly one archive, kind snapshot, window 1..3, every rank;
   for every rank, the events of batches 1 to 3 and nothing later, and before them only the allocator state at
-  the window's start (allocs and segment allocs of batch 0 still live then); the per-batch table.
+  the window's start (allocs and segment allocs of batches -1 and 0 still live then); the per-batch table.
 - Retention: a window every batch with OOMFLIGHT_MAX_DUMPS=2 leaves the newest two (batches 4 and 5); with
   OOMFLIGHT_MAX_TOTAL_MB=1 only the newest; a foreign file in the folder is never touched.
 - OOMFLIGHT_SKIP_BATCHES=0 OOMFLIGHT_SNAPSHOT_EVERY=2ba: three archives, windows 0-1, 2-3 and 4-5 (the last one
@@ -83,12 +83,13 @@ class Snapshots(unittest.TestCase):
         got = events(path)
         self.assertEqual(sorted(got), [0, 1, 2, 3])
         for rank, rows in got.items():
-            self.assertEqual(sorted({b for b, *_ in rows}), [0, 1, 2, 3], f"rank {rank}: batches")
+            # -1: the blocks that predate the trace, recorded before the first batch and still live.
+            self.assertEqual(sorted({b for b, *_ in rows}), [-1, 0, 1, 2, 3], f"rank {rank}: batches")
             # Before the window: only the state at its start, allocs and segment allocs still live then.
-            before = [r for r in rows if r[0] == 0]
+            before = [r for r in rows if r[0] < 1]
             self.assertTrue(before, f"rank {rank}: no state at the window's start")
             self.assertEqual({ACTIONS[a] for _, a, _, _ in before} - {"alloc", "segment_alloc"}, set())
-            freed_in_batch_0 = {addr for b, a, addr, _ in rows if b == 0 and ACTIONS[a] == "free_completed"}
+            freed_in_batch_0 = {addr for b, a, addr, _ in rows if b < 1 and ACTIONS[a] == "free_completed"}
             self.assertFalse(freed_in_batch_0)
             # The window: three identical replays of the trace, each opened by its step event.
             one = of_batch(rows, 1)
@@ -121,7 +122,7 @@ class Snapshots(unittest.TestCase):
             self.assertEqual(of_batch(windows[(0, 1)][rank], 1), of_batch(once[rank], 1))
             self.assertEqual(of_batch(windows[(2, 3)][rank], 2), of_batch(once[rank], 2))
             self.assertEqual(of_batch(windows[(2, 3)][rank], 3), of_batch(once[rank], 3))
-            self.assertEqual(sorted({b for b, *_ in windows[(4, 5)][rank]} - {3}), [4, 5])
+            self.assertEqual(sorted({b for b, *_ in windows[(4, 5)][rank]} - {-1, 3}), [4, 5])
 
 
     def test_retention_keeps_the_newest_by_count_and_by_size(self):

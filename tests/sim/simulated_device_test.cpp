@@ -41,7 +41,9 @@ TEST(SimulatedDevice, OutOfMemoryAtTheSegmentThatDoesNotFit) {
   EXPECT_EQ(sink.events.back().addr, 20u);
   EXPECT_EQ(sink.last.reserved_bytes, 80u);
   EXPECT_EQ(sink.last.allocated_bytes, 60u);
-  EXPECT_NE(oom->message.find("CUDA out of memory. Tried to allocate 25 B"), std::string::npos);
+  // PyTorch quotes what it tried to cudaMalloc (the segment), and its oom trace entry carries the request.
+  EXPECT_EQ(oom->segment_bytes, 40u);
+  EXPECT_NE(oom->message.find("CUDA out of memory. Tried to allocate 40 B"), std::string::npos);
 }
 
 TEST(SimulatedDevice, ReleasesUnusedCachedSegmentsBeforeFailing) {
@@ -88,6 +90,57 @@ TEST(SimulatedDevice, ReconstructsStateThatPredatesTheTrace) {
   EXPECT_EQ(device.stats().allocated_bytes, 8u + 32u);
   EXPECT_EQ(device.anomalies().free_of_unknown_block, 0u);
   EXPECT_THROW(SimulatedDevice(snap, 255), std::invalid_argument);  // the start state alone does not fit
+}
+
+// A trace that starts with more reserved than the device replayed: a segment cached by the real run (no live
+// block) is released first, as PyTorch's allocator would, so the trace still replays to its out-of-memory error.
+TEST(SimulatedDevice, StartOverCapacityReleasesCachedSegmentsFirst) {
+  TorchSnapshot snap = snapshot_of({entry(Action::alloc, 1050, 20), entry(Action::segment_alloc, 3000, 100),
+                                    entry(Action::alloc, 3000, 90)});
+  snap.device_traces[0][2].stack_id = 7;
+  SnapshotSegment live;
+  live.address = 1000;
+  live.total_size = 100;
+  live.blocks.push_back(SnapshotBlock{1000, 50, 48, "active_allocated", 3});  // predates the trace
+  live.blocks.push_back(SnapshotBlock{1050, 20, 20, "active_allocated", kNoStack});
+  live.blocks.push_back(SnapshotBlock{1070, 30, 30, "inactive", kNoStack});
+  SnapshotSegment cached;
+  cached.address = 2000;
+  cached.total_size = 100;
+  cached.blocks.push_back(SnapshotBlock{2000, 100, 100, "inactive", kNoStack});
+  snap.segments = {live, cached};
+
+  SimulatedDevice as_recorded(snap, 250);  // fits as it was: nothing released
+  EXPECT_EQ(as_recorded.start_reserved_bytes(), 200u);
+  EXPECT_EQ(as_recorded.start_released_bytes(), 0u);
+
+  SimulatedDevice device(snap, 150);  // refused to start before: 200 reserved at the start
+  EXPECT_EQ(device.start_released_bytes(), 100u);
+  EXPECT_EQ(device.start_reserved_bytes(), 100u);
+  EXPECT_EQ(device.start_allocated_bytes(), 50u);
+  CollectingSink sink;
+  device.emit_start_state(sink);
+  ASSERT_EQ(sink.events.size(), 2u);  // the live segment and its predating block, with the block's frames
+  EXPECT_EQ(sink.events[0].action, Action::segment_alloc);
+  EXPECT_EQ(sink.events[0].addr, 1000u);
+  EXPECT_EQ(sink.events[1].action, Action::alloc);
+  EXPECT_EQ(sink.events[1].size, 50u);
+  EXPECT_EQ(sink.events[1].stack_id, 3);
+  const auto oom = device.replay(sink);
+  ASSERT_TRUE(oom.has_value());
+  EXPECT_EQ(oom->requested_bytes, 90u);
+  EXPECT_EQ(oom->segment_bytes, 100u);
+  EXPECT_EQ(sink.events.back().action, Action::oom);
+  EXPECT_EQ(sink.events.back().stack_id, 7);  // the failing allocation's frames
+  EXPECT_NE(oom->message.find("Tried to allocate 100 B"), std::string::npos);
+
+  // Live blocks that cannot fit still make the start impossible, and the message says what was released.
+  try {
+    SimulatedDevice too_small(snap, 90);
+    FAIL() << "a start state whose live segments exceed the capacity was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("100 B of segments holding live blocks"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SimulatedDevice, RealFullStepFitsIn64GiBAndEveryTraceEventIsEmitted) {

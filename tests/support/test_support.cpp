@@ -64,13 +64,25 @@ std::vector<std::filesystem::path> files_with_suffix(const std::filesystem::path
   return out;
 }
 
-std::vector<SimEvent> expected_replay(const std::string& snapshot, std::uint64_t capacity) {
+namespace {
+// The events `emit` makes a fresh simulated device emit for `snapshot` at `capacity` bytes.
+template <class Emit>
+std::vector<SimEvent> emitted(const std::string& snapshot, std::uint64_t capacity, Emit emit) {
   StackTable stacks;
   const auto snap = read_torch_snapshot(snapshot_path(snapshot), stacks);
   sim::SimulatedDevice device(snap, capacity);
   CollectingSink sink;
-  device.replay(sink);
+  emit(device, sink);
   return sink.events;
+}
+}  // namespace
+
+std::vector<SimEvent> expected_replay(const std::string& snapshot, std::uint64_t capacity) {
+  return emitted(snapshot, capacity, [](sim::SimulatedDevice& d, CollectingSink& s) { d.replay(s); });
+}
+
+std::vector<SimEvent> expected_start_state(const std::string& snapshot, std::uint64_t capacity) {
+  return emitted(snapshot, capacity, [](sim::SimulatedDevice& d, CollectingSink& s) { d.emit_start_state(s); });
 }
 
 std::string mpirun(int ranks) {

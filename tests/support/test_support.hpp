@@ -41,13 +41,14 @@ std::vector<std::filesystem::path> files_with_suffix(const std::filesystem::path
 struct SimEvent {
   Action action;
   std::uint64_t addr, size;
+  std::int32_t stack_id = kNoStack;
 };
 
 /// Collects the simulator's events.
 class CollectingSink final : public sim::EventSink {
  public:
-  void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t, std::int32_t) override {
-    events.push_back({action, addr, size});
+  void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t, std::int32_t stack_id) override {
+    events.push_back({action, addr, size, stack_id});
   }
   void memory(const MemoryStats& s) override { last = s; }
   std::vector<SimEvent> events;
@@ -57,6 +58,10 @@ class CollectingSink final : public sim::EventSink {
 /// The events one loop of `snapshot` at `capacity` bytes emits (what a rank of `oomflight replay --steps 1`
 /// records after its step marker).
 std::vector<SimEvent> expected_replay(const std::string& snapshot, std::uint64_t capacity);
+
+/// The events a rank of `oomflight replay` records before its first step marker: the trace's start state
+/// (SimulatedDevice::emit_start_state).
+std::vector<SimEvent> expected_start_state(const std::string& snapshot, std::uint64_t capacity);
 
 /// "OMPI_ALLOW_RUN_AS_ROOT=1 ... mpirun --oversubscribe -np N" with the environment the tests need.
 std::string mpirun(int ranks);

@@ -81,6 +81,7 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
       ++c.blocks;
       c.bytes += l.size;
       c.largest = std::max(c.largest, l.size);
+      if (l.batch < 0) ++c.before_first_batch;
     }
     for (const auto& [id, c] : sites) s.call_sites.push_back(c);
     std::sort(s.call_sites.begin(), s.call_sites.end(), [](const CallSite& x, const CallSite& y) {

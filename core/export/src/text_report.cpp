@@ -202,7 +202,16 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
               : fmt::format("{} blocks, {} in all, {} to {}", c.blocks, format_bytes(c.bytes), format_bytes(c.smallest),
                             format_bytes(c.largest));
       const auto shown = frames_to_show(a, c.stack_id, frames);
-      line(fmt::format("  {:>2}. {}{}", i + 1, what, c.stack_id == kNoStack ? " (no stack recorded)" : ""));
+      const std::string before =
+          c.before_first_batch == 0 ? std::string()
+          : c.before_first_batch == c.blocks
+              ? std::string(", allocated before the first batch")
+              : fmt::format(", {} of them allocated before the first batch", c.before_first_batch);
+      const char* no_frames = c.stack_id == kNoStack || a.stack(c.stack_id).empty()
+                                  ? " (no stack recorded)"
+                              : shown.empty() ? " (only the allocator's own frames recorded)"
+                                              : "";
+      line(fmt::format("  {:>2}. {}{}{}", i + 1, what, before, no_frames));
       for (const auto* f : shown) {
         // C++ frames spell out their template arguments: keep a line readable.
         const auto function = a.string(f->function);

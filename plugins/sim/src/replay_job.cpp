@@ -109,6 +109,14 @@ int run_replay_job(const ReplayOptions& o) {
   } catch (const std::exception& e) {
     return cannot_start(e.what());
   }
+  // The blocks and segments that predate the trace are recorded first, before batch 0 (batch -1), so that the
+  // archive holds the whole allocator state and not only what the trace touched.
+  device->emit_start_state(*sink);
+  if (device->start_released_bytes() != 0) {
+    const std::string note = fmt::format("released {} of cached segments at the trace's start to fit {}",
+                                         format_bytes(device->start_released_bytes()), format_bytes(capacity));
+    oomflight_log(OOMFLIGHT_LOG_INFO, note.c_str());
+  }
   // Start together, as data-parallel jobs do after broadcasting the initial parameters.
   if (mpi) MPI_Barrier(MPI_COMM_WORLD);
   const auto oom = run_steps(*device, *sink, o.steps, mpi);

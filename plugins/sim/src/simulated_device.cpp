@@ -31,7 +31,7 @@ SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t ca
     if (seg.device != device) continue;
     segments_[seg.address] = Segment{seg.total_size, seg.stream, 0, 0, true};
     for (const auto& b : seg.blocks) {
-      if (b.live()) blocks_[b.address] = Block{b.size, seg.stream, kNoSegment};
+      if (b.live()) blocks_[b.address] = Block{b.size, seg.stream, kNoSegment, b.stack_id};
     }
   }
   for (auto it = trace_.rbegin(); it != trace_.rend(); ++it) {
@@ -41,22 +41,54 @@ SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t ca
       case Action::segment_free:
       case Action::segment_unmap: segments_[it->addr] = Segment{it->size, it->stream, 0, 0, true}; break;
       case Action::alloc: blocks_.erase(it->addr); break;
-      case Action::free_completed: blocks_[it->addr] = Block{it->size, it->stream, kNoSegment}; break;
+      // PyTorch records a free with the frames of the block's alloc: the predating block keeps its stack.
+      case Action::free_completed: blocks_[it->addr] = Block{it->size, it->stream, kNoSegment, it->stack_id}; break;
       default: break;
     }
   }
   for (const auto& [addr, seg] : segments_) reserved_ += seg.size;
   auto blocks = std::move(blocks_);
   blocks_.clear();
-  for (const auto& [addr, b] : blocks) take_block(addr, b.size, b.stream);
+  for (const auto& [addr, b] : blocks) take_block(addr, b.size, b.stream, b.stack_id);
+  // A trace may start with more reserved than the capacity replayed: the real run kept segments cached that a
+  // smaller device would have released. PyTorch's allocator releases every cached segment that holds no live
+  // block before it gives up (release_cached_blocks), so the start state does the same; only live blocks that
+  // cannot fit make the start impossible.
+  std::uint64_t released = 0;
+  if (reserved_ > capacity_) {
+    for (auto& [addr, seg] : segments_) {
+      if (seg.live_blocks != 0) continue;
+      seg.reserved = false;
+      reserved_ -= seg.size;
+      released += seg.size;
+    }
+  }
+  start_released_ = released;
   start_reserved_ = peak_reserved_ = reserved_;
   start_allocated_ = peak_allocated_ = allocated_;
   start_segments_ = segments_;
   start_blocks_ = blocks_;
   if (reserved_ > capacity_) {
-    throw std::invalid_argument(fmt::format("device memory {} is smaller than the {} reserved at the trace's start",
-                                            format_bytes(capacity_), format_bytes(reserved_)));
+    throw std::invalid_argument(fmt::format(
+        "device memory {} is smaller than the {} of segments holding live blocks at the trace's start ({} "
+        "allocated in them; {} of cached segments already released)",
+        format_bytes(capacity_), format_bytes(reserved_), format_bytes(allocated_), format_bytes(released)));
   }
+}
+
+void SimulatedDevice::emit_start_state(EventSink& sink) {
+  for (const auto& [addr, seg] : segments_) {
+    if (seg.reserved) sink.event(Action::segment_alloc, addr, seg.size, seg.stream, kNoStack);
+  }
+  std::vector<std::uint64_t> addrs;
+  addrs.reserve(blocks_.size());
+  for (const auto& [addr, b] : blocks_) addrs.push_back(addr);
+  std::sort(addrs.begin(), addrs.end());
+  for (const auto addr : addrs) {
+    const Block& b = blocks_.at(addr);
+    sink.event(Action::alloc, addr, b.size, b.stream, b.stack_id);
+  }
+  publish(sink);
 }
 
 SimulatedDevice::Segment* SimulatedDevice::segment_of(std::uint64_t addr) {
@@ -66,8 +98,8 @@ SimulatedDevice::Segment* SimulatedDevice::segment_of(std::uint64_t addr) {
   return addr < it->first + it->second.size ? &it->second : nullptr;
 }
 
-void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream) {
-  Block b{size, stream, kNoSegment};
+void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream, std::int32_t stack_id) {
+  Block b{size, stream, kNoSegment, stack_id};
   auto it = segments_.upper_bound(addr);
   if (it != segments_.begin() && addr < std::prev(it)->first + std::prev(it)->second.size) {
     --it;
@@ -105,38 +137,42 @@ void SimulatedDevice::release_unused(EventSink& sink) {
   }
 }
 
-std::uint64_t SimulatedDevice::requested_for_segment(std::size_t index) const {
+SimulatedDevice::Request SimulatedDevice::request_for_segment(std::size_t index) const {
   const TraceEntry& seg = trace_[index];
   const std::size_t end = std::min(trace_.size(), index + 1 + kLookahead);
   for (std::size_t j = index + 1; j < end; ++j) {
     const TraceEntry& e = trace_[j];
-    if (e.action == Action::alloc && e.addr >= seg.addr && e.addr < seg.addr + seg.size) return e.size;
+    if (e.action == Action::alloc && e.addr >= seg.addr && e.addr < seg.addr + seg.size) {
+      return Request{e.size, seg.size, e.stream, e.stack_id};
+    }
   }
-  return seg.size;
+  return Request{seg.size, seg.size, seg.stream, kNoStack};
 }
 
-OutOfMemory SimulatedDevice::out_of_memory(std::uint64_t requested, std::size_t index, EventSink& sink) {
+OutOfMemory SimulatedDevice::out_of_memory(const Request& request, std::size_t index, EventSink& sink) {
   OutOfMemory oom;
   oom.trace_index = index;
-  oom.requested_bytes = requested;
+  oom.requested_bytes = request.bytes;
+  oom.segment_bytes = request.segment_bytes;
   oom.device_free_bytes = capacity_ - reserved_;
   oom.reserved_bytes = reserved_;
   oom.allocated_bytes = allocated_;
   oom.message = fmt::format(
       "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} is free. Of the "
       "allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
-      format_bytes(requested), format_bytes(capacity_), format_bytes(oom.device_free_bytes), format_bytes(allocated_),
-      format_bytes(reserved_ - allocated_));
-  sink.event(Action::oom, oom.device_free_bytes, requested, 0, kNoStack);
+      format_bytes(request.segment_bytes), format_bytes(capacity_), format_bytes(oom.device_free_bytes),
+      format_bytes(allocated_), format_bytes(reserved_ - allocated_));
+  // As PyTorch's trace: addr = the device's free bytes, size = the request, the failing allocation's frames.
+  sink.event(Action::oom, oom.device_free_bytes, request.bytes, request.stream, request.stack_id);
   publish(sink);
   return oom;
 }
 
 std::optional<OutOfMemory> SimulatedDevice::reserve(std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
-                                                    std::uint64_t requested, std::size_t index, EventSink& sink) {
+                                                    const Request& request, std::size_t index, EventSink& sink) {
   if (reserved_ + size > capacity_) {
     release_unused(sink);
-    if (reserved_ + size > capacity_) return out_of_memory(requested, index, sink);
+    if (reserved_ + size > capacity_) return out_of_memory(request, index, sink);
   }
   auto [it, inserted] = segments_.try_emplace(addr, Segment{size, stream, 0, 0, false});
   it->second.reserved = true;
@@ -155,9 +191,12 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
         if (seg && !seg->reserved) {
           // The real run kept this segment cached; the model released it under pressure: reserve it again.
           const auto base = std::prev(segments_.upper_bound(e.addr))->first;
-          if (auto oom = reserve(base, seg->size, seg->stream, e.size, i, sink)) return oom;
+          if (auto oom = reserve(base, seg->size, seg->stream, Request{e.size, seg->size, e.stream, e.stack_id}, i,
+                                 sink)) {
+            return oom;
+          }
         }
-        take_block(e.addr, e.size, e.stream);
+        take_block(e.addr, e.size, e.stream, e.stack_id);
         sink.event(Action::alloc, e.addr, e.size, e.stream, e.stack_id);
         break;
       }
@@ -169,7 +208,7 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
       case Action::segment_map: {
         auto it = segments_.find(e.addr);
         if (it != segments_.end() && it->second.reserved) break;  // already reserved in the model
-        if (auto oom = reserve(e.addr, e.size, e.stream, requested_for_segment(i), i, sink)) return oom;
+        if (auto oom = reserve(e.addr, e.size, e.stream, request_for_segment(i), i, sink)) return oom;
         break;
       }
       case Action::segment_free:
@@ -187,8 +226,8 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
         break;
       }
       case Action::oom:
-        sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
-        return out_of_memory(e.size, i, sink);
+        // The real run failed here: one oom event, with the model's figures, as for any other failure.
+        return out_of_memory(Request{e.size, e.size, e.stream, e.stack_id}, i, sink);
       default:  // free_requested, snapshot: recorded as they are
         sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
         break;
@@ -207,9 +246,9 @@ std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
   std::sort(extra.begin(), extra.end());
   for (auto addr : extra) {
     const Block b = blocks_.at(addr);
-    sink.event(Action::free_requested, addr, b.size, b.stream, kNoStack);
+    sink.event(Action::free_requested, addr, b.size, b.stream, b.stack_id);
     drop_block(addr);
-    sink.event(Action::free_completed, addr, b.size, b.stream, kNoStack);
+    sink.event(Action::free_completed, addr, b.size, b.stream, b.stack_id);
   }
   for (auto it = segments_.begin(); it != segments_.end();) {
     if (start_segments_.count(it->first) || it->second.live_blocks != 0) {
@@ -223,9 +262,12 @@ std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
     it = segments_.erase(it);
   }
   for (const auto& [addr, seg] : start_segments_) {
-    auto it = segments_.find(addr);
-    if (it != segments_.end() && it->second.reserved) continue;
-    if (auto oom = reserve(addr, seg.size, seg.stream, seg.size, trace_.size(), sink)) return oom;
+    auto [it, inserted] = segments_.try_emplace(addr, Segment{seg.size, seg.stream, 0, 0, false});
+    if (it->second.reserved || !seg.reserved) continue;  // reserved now, or released at the start
+    if (auto oom = reserve(addr, seg.size, seg.stream, Request{seg.size, seg.size, seg.stream, kNoStack}, trace_.size(),
+                           sink)) {
+      return oom;
+    }
   }
   std::vector<std::uint64_t> missing;
   for (const auto& [addr, b] : start_blocks_) {
@@ -234,8 +276,8 @@ std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
   std::sort(missing.begin(), missing.end());
   for (auto addr : missing) {
     const Block& b = start_blocks_.at(addr);
-    take_block(addr, b.size, b.stream);
-    sink.event(Action::alloc, addr, b.size, b.stream, kNoStack);
+    take_block(addr, b.size, b.stream, b.stack_id);
+    sink.event(Action::alloc, addr, b.size, b.stream, b.stack_id);
   }
   publish(sink);
   return std::nullopt;

@@ -27,6 +27,9 @@ struct CallSite {
   std::uint64_t bytes = 0;           ///< sum of the blocks' sizes
   std::uint64_t largest = 0;         ///< the largest block
   std::uint64_t smallest = 0;        ///< the smallest block (== largest when all are the same size)
+  /// Blocks allocated before the first batch (batch -1): the state the job had before it trained, such as the
+  /// model's weights, or, in a replay, the blocks that predate the trace.
+  std::size_t before_first_batch = 0;
 };
 
 /// One call site of an origin against the same call site on its peers (the other ranks present): a call site is

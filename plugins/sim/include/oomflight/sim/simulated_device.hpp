@@ -29,11 +29,12 @@ class EventSink {
 /// Why a replay stopped early.
 struct OutOfMemory {
   std::size_t trace_index = 0;       ///< index of the trace entry that could not be served (or trace size)
-  std::uint64_t requested_bytes = 0; ///< the allocation that failed
+  std::uint64_t requested_bytes = 0; ///< the allocation that failed (the oom event's size)
+  std::uint64_t segment_bytes = 0;   ///< what the allocator tried to reserve for it (PyTorch's "Tried to allocate")
   std::uint64_t device_free_bytes = 0;
   std::uint64_t reserved_bytes = 0;  ///< after releasing every unused cached segment
   std::uint64_t allocated_bytes = 0;
-  std::string message;               ///< as PyTorch words it: "CUDA out of memory. Tried to allocate ..."
+  std::string message;               ///< as PyTorch words it: "CUDA out of memory. Tried to allocate <segment> ..."
 };
 
 /// Counters of trace entries that did not match the model (a consistent trace has none).
@@ -47,10 +48,17 @@ struct ReplayAnomalies {
 class SimulatedDevice {
  public:
   /// Reconstructs the allocator's state at the start of the trace of `device` (segments and blocks that
-  /// predate it: the snapshot's end state, walked back through the trace) and checks that it fits.
-  /// Throws std::invalid_argument naming the sizes when the starting state alone exceeds `capacity_bytes`,
-  /// or when the snapshot has no trace for `device`.
+  /// predate it: the snapshot's end state, walked back through the trace, each block with the frames of its
+  /// alloc) and checks that it fits. When more was reserved at the start than `capacity_bytes`, the cached
+  /// segments (no live block) are released first, as PyTorch's allocator would before failing.
+  /// Throws std::invalid_argument naming the sizes when the segments holding live blocks alone exceed
+  /// `capacity_bytes`, or when the snapshot has no trace for `device`.
   SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device = 0);
+
+  /// Emits the start state into `sink`: a segment_alloc per segment reserved at the start, then an alloc per
+  /// live block (by address, with its frames), then the figures. Call once, before the first replay(), so that
+  /// a recording holds the blocks that predate the trace.
+  void emit_start_state(EventSink& sink);
 
   /// Replays the whole trace once into `sink`. Every alloc, free_requested and free_completed is emitted in
   /// order with the trace's size; segment events are the model's own (it may release cached segments when
@@ -66,7 +74,9 @@ class SimulatedDevice {
   MemoryStats stats() const;
   const ReplayAnomalies& anomalies() const { return anomalies_; }
   std::uint64_t capacity() const { return capacity_; }
-  /// Reserved and allocated bytes at the trace's start.
+  /// Cached segments released at the start to fit the capacity (0 when the start state fitted as it was).
+  std::uint64_t start_released_bytes() const { return start_released_; }
+  /// Reserved and allocated bytes at the trace's start (after that release).
   std::uint64_t start_reserved_bytes() const { return start_reserved_; }
   std::uint64_t start_allocated_bytes() const { return start_allocated_; }
 
@@ -82,16 +92,24 @@ class SimulatedDevice {
     std::uint64_t size = 0;
     std::uint64_t stream = 0;
     std::uint64_t segment = 0;  // segment address, or ~0 when outside every segment
+    std::int32_t stack_id = kNoStack;
+  };
+  // An allocation the device must serve: its bytes, the segment it needs, its stream and frames.
+  struct Request {
+    std::uint64_t bytes = 0;
+    std::uint64_t segment_bytes = 0;
+    std::uint64_t stream = 0;
+    std::int32_t stack_id = kNoStack;
   };
 
   Segment* segment_of(std::uint64_t addr);
   std::optional<OutOfMemory> reserve(std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
-                                     std::uint64_t requested, std::size_t index, EventSink& sink);
+                                     const Request& request, std::size_t index, EventSink& sink);
   void release_unused(EventSink& sink);
-  void take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream);
+  void take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream, std::int32_t stack_id);
   void drop_block(std::uint64_t addr);
-  OutOfMemory out_of_memory(std::uint64_t requested, std::size_t index, EventSink& sink);
-  std::uint64_t requested_for_segment(std::size_t index) const;
+  OutOfMemory out_of_memory(const Request& request, std::size_t index, EventSink& sink);
+  Request request_for_segment(std::size_t index) const;
   void publish(EventSink& sink);
 
   const std::vector<TraceEntry>& trace_;
@@ -101,7 +119,7 @@ class SimulatedDevice {
   std::map<std::uint64_t, Segment> start_segments_;
   std::unordered_map<std::uint64_t, Block> start_blocks_;
   std::uint64_t reserved_ = 0, allocated_ = 0, peak_reserved_ = 0, peak_allocated_ = 0;
-  std::uint64_t start_reserved_ = 0, start_allocated_ = 0;
+  std::uint64_t start_reserved_ = 0, start_allocated_ = 0, start_released_ = 0;
   ReplayAnomalies anomalies_;
 };
 
