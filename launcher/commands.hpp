@@ -26,6 +26,8 @@ struct Command {
 Command add_replay(CLI::App& app);
 Command add_report(CLI::App& app);
 Command add_merge(CLI::App& app);
+Command add_export(CLI::App& app);
+Command add_import(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_config(CLI::App& app);
 

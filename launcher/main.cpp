@@ -1,4 +1,4 @@
-// `oomflight`: replay, report, merge, run, config. Flag parsing only: each command calls into liboomflight or a plugin.
+// `oomflight`: replay, report, export, import, merge, run, config. Flag parsing only: each command calls into liboomflight or a plugin.
 #include <string>
 #include <vector>
 
@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   // The library that is loaded, not only the headers this command was built with.
   app.set_version_flag("--version", std::string("oomflight ") + oomflight_version());
   app.require_subcommand(1);
-  const std::vector<Command> commands = {add_replay(app), add_report(app), add_merge(app), add_run(app),
+  const std::vector<Command> commands = {add_replay(app), add_report(app), add_export(app), add_import(app), add_merge(app), add_run(app),
                                           add_config(app)};
   try {
     app.parse(argc, argv);

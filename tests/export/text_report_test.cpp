@@ -23,7 +23,8 @@ TEST(TextReport, NamesTheOriginsTheirRequestsEveryRankAndTheLargestBlocksWithFra
            "    driver: out of memory on rank 3\n",
            "live memory on rank 3 by call site (of 50 live blocks, 48.97 KiB in the recorded history; 976.56 KiB "
            "allocated in all):\n",
-           "  (927.59 KiB were allocated before the recorded history begins)\n   1. 50 blocks x 1003 B = 48.97 KiB\n",
+           "  (927.59 KiB more allocated than the history's live blocks hold: blocks allocated before it began, or the "
+           "allocator's rounding)\n   1. 50 blocks x 1003 B = 48.97 KiB\n",
            "        train_step (driver.py:4)\n",
            "  rank 1: 1.91 MiB reserved of 3.81 MiB (50.0%), 1.91 MiB headroom; peak reserved 2.38 MiB\n",
            // Each origin against ranks 0 and 1: its blocks come from a line no peer allocates at.

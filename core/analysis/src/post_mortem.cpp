@@ -30,15 +30,8 @@ std::string site_key(const Archive& a, std::int32_t stack_id) {
 
 // Live bytes by call site key, for one rank.
 std::unordered_map<std::string, std::uint64_t> live_by_site(const Archive& a, const RankRow& row) {
-  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;
-  for (const Event& e : a.events_of(row)) {
-    if (e.action == Action::alloc) live[e.addr] = {e.size, e.stack_id};
-    if (e.action == Action::free_completed) live.erase(e.addr);
-  }
-  std::unordered_map<std::int32_t, std::uint64_t> by_stack;
-  for (const auto& [addr, l] : live) by_stack[l.second] += l.first;
   std::unordered_map<std::string, std::uint64_t> out;
-  for (const auto& [stack, bytes] : by_stack) out[site_key(a, stack)] += bytes;
+  for (const auto& [stack, bytes] : live_bytes_by_stack(a, row)) out[site_key(a, stack)] += bytes;
   return out;
 }
 
@@ -94,15 +87,33 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
 
 }  // namespace
 
+std::unordered_map<std::int32_t, std::uint64_t> live_bytes_by_stack(const Archive& a, const RankRow& row) {
+  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;
+  for (const Event& e : a.events_of(row)) {
+    if (e.action == Action::alloc) live[e.addr] = {e.size, e.stack_id};
+    if (e.action == Action::free_completed) live.erase(e.addr);
+  }
+  std::unordered_map<std::int32_t, std::uint64_t> by_stack;
+  for (const auto& [addr, l] : live) by_stack[l.second] += l.first;
+  return by_stack;
+}
+
 PostMortem analyze(const Archive& archive, std::size_t top) {
   PostMortem pm;
   pm.origins.assign(archive.header.origin_ranks.begin(), archive.header.origin_ranks.end());
   std::vector<RankRow> rows = archive.ranks;
   std::sort(rows.begin(), rows.end(), [](const RankRow& x, const RankRow& y) { return x.rank < y.rank; });
+  for (const auto& row : rows) {
+    if (pm.largest_rank < 0 || row.allocated_bytes > archive.rank_row(pm.largest_rank)->allocated_bytes) {
+      pm.largest_rank = row.rank;
+    }
+  }
   std::int64_t first = 0;
   for (const auto& row : rows) {
     const bool origin = std::find(pm.origins.begin(), pm.origins.end(), row.rank) != pm.origins.end();
-    pm.ranks.push_back(summarize(archive, row, origin, top));
+    // Without an origin (a snapshot, an import), the rank holding the most is the one to look into.
+    const bool focus = origin || (pm.origins.empty() && row.rank == pm.largest_rank);
+    pm.ranks.push_back(summarize(archive, row, focus, top));
     const auto& s = pm.ranks.back();
     if (origin && s.oom_utc_ns != 0 && (pm.first_origin < 0 || s.oom_utc_ns < first)) {
       pm.first_origin = row.rank;

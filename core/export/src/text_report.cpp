@@ -181,15 +181,24 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     line("");
     out += peaks;
   }
+  if (pm.origins.empty() && pm.largest_rank >= 0) {
+    const RankRow* r = a.rank_row(pm.largest_rank);
+    line("");
+    line(fmt::format("the rank holding the most: rank {}, {} allocated and {} reserved at the dump (peak {} allocated)",
+                     r->rank, format_bytes(r->allocated_bytes), format_bytes(r->reserved_bytes),
+                     format_bytes(r->peak_allocated_bytes)));
+  }
   for (const auto& s : pm.ranks) {
-    if (!s.row.is_origin) continue;
+    if (!s.row.is_origin && !(pm.origins.empty() && s.row.rank == pm.largest_rank)) continue;
     line("");
     line(fmt::format("live memory on rank {} by call site (of {} live blocks, {} in the recorded history; {} "
                      "allocated in all):",
                      s.row.rank, s.live_count, format_bytes(s.live_bytes_in_history),
                      format_bytes(s.row.allocated_bytes)));
     if (s.row.allocated_bytes > s.live_bytes_in_history) {
-      line(fmt::format("  ({} were allocated before the recorded history begins)",
+      // The history counts each block at its request; PyTorch's allocated counts the rounded block.
+      line(fmt::format("  ({} more allocated than the history's live blocks hold: blocks allocated before it began, "
+                       "or the allocator's rounding)",
                        format_bytes(s.row.allocated_bytes - s.live_bytes_in_history)));
     }
     // By call site: identical stacks merged, so ten 100 MiB blocks of one line read as one line.

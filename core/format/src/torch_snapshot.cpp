@@ -165,7 +165,8 @@ class Decoder {
       }
       TraceEntry t;
       t.action = *action;
-      t.addr = bytes(e, "addr", ew);
+      // PyTorch writes an oom's device free bytes as device_free (older versions as addr): ours is addr.
+      t.addr = *action == Action::oom && e.get("device_free") ? bytes(e, "device_free", ew) : bytes(e, "addr", ew);
       t.size = bytes(e, "size", ew);
       t.stream = optional_bytes(e, "stream", 0, ew);
       if (e.get("time_us")) {
@@ -213,6 +214,33 @@ TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& sta
   }
   out.has_allocator_settings = root.get("allocator_settings") != nullptr;
   return out;
+}
+
+SnapshotStartState snapshot_start_state(const TorchSnapshot& snapshot, int device) {
+  SnapshotStartState st;
+  for (const auto& seg : snapshot.segments) {
+    if (seg.device != device) continue;
+    st.segments[seg.address] = StartSegment{seg.total_size, seg.stream, seg.is_expandable};
+    for (const auto& b : seg.blocks) {
+      if (b.live()) st.blocks[b.address] = StartBlock{b.size, seg.stream, b.stack_id};
+    }
+  }
+  if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size()) return st;
+  const auto& trace = snapshot.device_traces[static_cast<std::size_t>(device)];
+  for (auto it = trace.rbegin(); it != trace.rend(); ++it) {
+    switch (it->action) {
+      case Action::segment_alloc:
+      case Action::segment_map: st.segments.erase(it->addr); break;
+      case Action::segment_free:
+      case Action::segment_unmap:
+        st.segments[it->addr] = StartSegment{it->size, it->stream, it->action == Action::segment_unmap};
+        break;
+      case Action::alloc: st.blocks.erase(it->addr); break;
+      case Action::free_completed: st.blocks[it->addr] = StartBlock{it->size, it->stream, it->stack_id}; break;
+      default: break;
+    }
+  }
+  return st;
 }
 
 TorchSnapshot read_torch_snapshot(const std::string& path, StackTable& stacks) {

@@ -27,25 +27,9 @@ const std::vector<TraceEntry>& trace_of(const TorchSnapshot& s, int device) {
 SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device)
     : trace_(trace_of(snapshot, device)), capacity_(capacity_bytes) {
   // The snapshot's segments are the end state; undo the trace, newest first, to get the start state.
-  for (const auto& seg : snapshot.segments) {
-    if (seg.device != device) continue;
-    segments_[seg.address] = Segment{seg.total_size, seg.stream, 0, 0, true};
-    for (const auto& b : seg.blocks) {
-      if (b.live()) blocks_[b.address] = Block{b.size, seg.stream, kNoSegment, b.stack_id};
-    }
-  }
-  for (auto it = trace_.rbegin(); it != trace_.rend(); ++it) {
-    switch (it->action) {
-      case Action::segment_alloc:
-      case Action::segment_map: segments_.erase(it->addr); break;
-      case Action::segment_free:
-      case Action::segment_unmap: segments_[it->addr] = Segment{it->size, it->stream, 0, 0, true}; break;
-      case Action::alloc: blocks_.erase(it->addr); break;
-      // PyTorch records a free with the frames of the block's alloc: the predating block keeps its stack.
-      case Action::free_completed: blocks_[it->addr] = Block{it->size, it->stream, kNoSegment, it->stack_id}; break;
-      default: break;
-    }
-  }
+  const SnapshotStartState start = snapshot_start_state(snapshot, device);
+  for (const auto& [addr, seg] : start.segments) segments_[addr] = Segment{seg.size, seg.stream, 0, 0, true};
+  for (const auto& [addr, b] : start.blocks) blocks_[addr] = Block{b.size, b.stream, kNoSegment, b.stack_id};
   for (const auto& [addr, seg] : segments_) reserved_ += seg.size;
   auto blocks = std::move(blocks_);
   blocks_.clear();

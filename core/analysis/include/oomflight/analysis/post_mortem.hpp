@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "oomflight/api.h"
@@ -46,8 +47,9 @@ struct RankSummary {
   std::uint64_t headroom_bytes = 0;      ///< capacity - reserved at the trigger; 0 when capacity is unknown
   std::uint64_t live_bytes_in_history = 0;  ///< sum of all LiveAllocation sizes (<= allocated_bytes)
   std::size_t live_count = 0;
-  std::vector<LiveAllocation> largest;   ///< the largest live allocations, largest first (origins only)
-  std::vector<CallSite> call_sites;      ///< live bytes by stack, most bytes first, at most `top` (origins only)
+  /// The largest live allocations, largest first (origins only; without origins, PostMortem::largest_rank).
+  std::vector<LiveAllocation> largest;
+  std::vector<CallSite> call_sites;      ///< live bytes by stack, most bytes first, at most `top` (as `largest`)
   /// Origins only: the call sites where the origin holds more than its median peer, largest excess first, at
   /// most `top`; empty without peers.
   std::vector<CallSiteDiff> against_peers;
@@ -60,8 +62,16 @@ struct RankSummary {
 struct PostMortem {
   std::vector<int> origins;      ///< origin ranks, as the archive names them
   int first_origin = -1;         ///< the origin whose oom event came first on the common time axis
+  /// The rank with the most allocated bytes at the trigger (the lowest such rank); -1 without ranks. Without an
+  /// origin, its largest allocations and call sites are kept as an origin's are.
+  int largest_rank = -1;
   std::vector<RankSummary> ranks;  ///< by rank
 };
+
+/// Live bytes of one rank's history at the freeze by stack id (kNoStack included): blocks allocated in the
+/// history and not freed (free_completed), at their recorded size. Pure; thread-safe.
+OOMFLIGHT_API std::unordered_map<std::int32_t, std::uint64_t> live_bytes_by_stack(const Archive& archive,
+                                                                                 const RankRow& rank);
 
 /// Analyses an archive. `top` largest live allocations are kept for each origin. Pure; thread-safe.
 OOMFLIGHT_API PostMortem analyze(const Archive& archive, std::size_t top = 10);

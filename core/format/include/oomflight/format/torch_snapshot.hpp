@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -63,6 +64,28 @@ struct TorchSnapshot {
   bool has_time_us = false;
   std::size_t skipped_unknown_actions = 0;  ///< trace entries with an action this version does not know
 };
+
+/// A segment or block of the allocator's state at a trace's start (snapshot_start_state).
+struct StartSegment {
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  bool is_expandable = false;
+};
+struct StartBlock {
+  std::uint64_t size = 0;            ///< bytes as the snapshot gives them (a trace's alloc: the request)
+  std::uint64_t stream = 0;
+  std::int32_t stack_id = kNoStack;  ///< the frames of its alloc (PyTorch records a free with them)
+};
+
+/// The allocator's state on `device` when the snapshot's trace begins: the snapshot's end state (segments, and
+/// blocks that are active_allocated or active_pending_free), walked back through the trace newest first (an
+/// alloc removes its block, a free_completed restores it, segment_alloc/map remove the segment, segment_free/unmap
+/// restore it). Blocks and segments by address. Pure.
+struct SnapshotStartState {
+  std::map<std::uint64_t, StartSegment> segments;
+  std::map<std::uint64_t, StartBlock> blocks;
+};
+OOMFLIGHT_API SnapshotStartState snapshot_start_state(const TorchSnapshot& snapshot, int device);
 
 /// Decodes a snapshot from a parsed pickle. Frames become interned stacks in `stacks` (innermost first).
 /// Throws SnapshotError naming the missing or mistyped field, or when the segments, blocks and trace entries

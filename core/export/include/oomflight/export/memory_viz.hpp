@@ -1,0 +1,38 @@
+// One rank of an archive as a PyTorch memory snapshot: the pickle that pytorch.org/memory_viz and
+// torch.cuda._memory_viz open (`oomflight export --format memory_viz`).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "oomflight/api.h"
+#include "oomflight/format/archive_reader.hpp"
+#include "oomflight/format/torch_snapshot.hpp"
+
+namespace oomflight {
+
+/// What the rebuilt end state could not take from the history as it was recorded.
+struct MemoryVizNotes {
+  std::size_t blocks_outside_segments = 0;  ///< live blocks whose segment_alloc is not in the history: each got a
+                                            ///< segment of its own (an "unknown" segment type)
+  std::size_t frees_of_unknown_blocks = 0;  ///< frees of blocks allocated before the history (memory_viz shows
+                                            ///< them as allocated from the start, as it does for PyTorch's own)
+  std::size_t events = 0;                   ///< trace entries written (step markers are not trace entries)
+  std::size_t segments = 0;                 ///< segments in the end state
+};
+
+/// The snapshot of one rank: `device_traces` holds every event of the rank (alloc, free_requested,
+/// free_completed, segment_*, oom, snapshot) on the device it happened on, oldest first, with the frames of its
+/// stack and time_us (UTC microseconds, the rank's clock anchors applied); `segments` is the allocator's state
+/// at the freeze, rebuilt from the history: segments reserved and not released, their live blocks
+/// (active_allocated, or active_pending_free between free_requested and free_completed; size = the request
+/// rounded up to PyTorch's 512-byte block granularity, never past the next block; requested_size = the
+/// request), and inactive blocks filling the rest, so that blocks tile each segment as memory_viz requires.
+/// Stack ids are the archive's. Pure; thread-safe.
+OOMFLIGHT_API TorchSnapshot memory_viz_snapshot(const Archive& archive, const RankRow& rank, MemoryVizNotes* notes = nullptr);
+
+/// memory_viz_snapshot pickled (torch_snapshot_writer.hpp), frames from the archive. Pure; thread-safe.
+OOMFLIGHT_API std::string render_memory_viz(const Archive& archive, const RankRow& rank, MemoryVizNotes* notes = nullptr);
+
+}  // namespace oomflight

@@ -1,0 +1,158 @@
+// An archive's rank as a PyTorch snapshot: the end state rebuilt from the recorded history, then pickled.
+#include "oomflight/export/memory_viz.hpp"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "oomflight/format/torch_snapshot_writer.hpp"
+
+namespace oomflight {
+namespace {
+
+// PyTorch's caching allocator hands out blocks in multiples of 512 bytes (kMinBlockSize, round_size in
+// c10/cuda/CUDACachingAllocator.cpp).
+constexpr std::uint64_t kMinBlockSize = 512;
+
+struct LiveBlock {
+  std::uint64_t requested = 0;
+  std::uint64_t stream = 0;
+  std::int32_t stack_id = kNoStack;
+  bool pending_free = false;
+};
+
+struct LiveSegment {
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  bool expandable = false;
+};
+
+// The archive's frames, for the writer.
+class ArchiveFrames final : public SnapshotFrameSource {
+ public:
+  explicit ArchiveFrames(const Archive& a) : a_(a) {}
+  std::span<const std::uint32_t> stack(std::int32_t id) const override {
+    if (id < 0 || static_cast<std::size_t>(id) >= a_.stacks.size()) return {};
+    const StackRow& s = a_.stacks[static_cast<std::size_t>(id)];
+    return std::span<const std::uint32_t>(a_.stack_frames).subspan(s.frame_offset, s.frame_count);
+  }
+  FrameRef frame(std::uint32_t id) const override {
+    const FrameRow& f = a_.frames.at(id);
+    return FrameRef{a_.string(f.function), a_.string(f.file), f.line};
+  }
+
+ private:
+  const Archive& a_;
+};
+
+std::int64_t utc_us(const RankRow& r, std::int64_t t_ns) {
+  // Wrapping arithmetic: hostile anchors must not be undefined behaviour.
+  const auto utc = static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(r.anchor_monotonic_ns) +
+                   static_cast<std::uint64_t>(r.anchor_realtime_ns);
+  const auto v = static_cast<std::int64_t>(utc) / 1000;
+  return v < 0 ? 0 : v;
+}
+
+}  // namespace
+
+TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVizNotes* notes) {
+  MemoryVizNotes local;
+  MemoryVizNotes& n = notes ? *notes : local;
+  n = MemoryVizNotes{};
+  TorchSnapshot snap;
+  snap.has_time_us = true;
+  // device -> address -> state
+  std::map<int, std::map<std::uint64_t, LiveSegment>> segments;
+  std::map<int, std::map<std::uint64_t, LiveBlock>> blocks;
+  for (const Event& e : a.events_of(row)) {
+    if (e.action == Action::step) continue;
+    const int device = e.device < 0 ? 0 : e.device;
+    if (static_cast<std::size_t>(device) >= snap.device_traces.size()) snap.device_traces.resize(device + 1);
+    TraceEntry t;
+    t.action = e.action;
+    t.addr = e.addr;
+    t.size = e.size;
+    t.stream = e.stream;
+    t.time_us = utc_us(row, e.t_ns);
+    t.stack_id = e.stack_id;
+    snap.device_traces[static_cast<std::size_t>(device)].push_back(t);
+    ++n.events;
+    auto& segs = segments[device];
+    auto& live = blocks[device];
+    switch (e.action) {
+      case Action::segment_alloc: segs[e.addr] = LiveSegment{e.size, e.stream, false}; break;
+      case Action::segment_map: segs[e.addr] = LiveSegment{e.size, e.stream, true}; break;
+      case Action::segment_free:
+      case Action::segment_unmap: segs.erase(e.addr); break;
+      case Action::alloc: live[e.addr] = LiveBlock{e.size, e.stream, e.stack_id, false}; break;
+      case Action::free_requested:
+        if (auto it = live.find(e.addr); it != live.end()) it->second.pending_free = true;
+        break;
+      case Action::free_completed:
+        if (live.erase(e.addr) == 0) ++n.frees_of_unknown_blocks;
+        break;
+      default: break;
+    }
+  }
+  for (auto& [device, segs] : segments) {
+    (void)segs;
+    if (static_cast<std::size_t>(device) >= snap.device_traces.size()) snap.device_traces.resize(device + 1);
+  }
+  for (auto& [device, live] : blocks) {
+    auto& segs = segments[device];
+    // A live block outside every known segment: its segment_alloc was pushed out of the ring. It gets a segment
+    // of its own so that the state stays consistent, and the caller is told.
+    for (const auto& [addr, b] : live) {
+      auto it = segs.upper_bound(addr);
+      const bool inside = it != segs.begin() && addr < std::prev(it)->first + std::prev(it)->second.size;
+      if (!inside) {
+        const std::uint64_t size = std::max<std::uint64_t>((b.requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize,
+                                                           kMinBlockSize);
+        segs[addr] = LiveSegment{size, b.stream, false};
+        ++n.blocks_outside_segments;
+      }
+    }
+  }
+  for (const auto& [device, segs] : segments) {
+    const auto& live = blocks[device];
+    for (auto s = segs.begin(); s != segs.end(); ++s) {
+      SnapshotSegment out;
+      out.device = device;
+      out.address = s->first;
+      out.total_size = s->second.size;
+      out.stream = s->second.stream;
+      out.is_expandable = s->second.expandable;
+      out.segment_type = s->second.size <= (std::uint64_t{1} << 20) ? "small" : "large";
+      const std::uint64_t end = s->first + s->second.size;
+      std::uint64_t at = s->first;
+      for (auto b = live.lower_bound(s->first); b != live.end() && b->first < end; ++b) {
+        if (b->first < at) continue;  // overlaps the previous block: inconsistent history, keep the first
+        if (b->first > at) out.blocks.push_back(SnapshotBlock{at, b->first - at, 0, "inactive", kNoStack});
+        const auto next = std::next(b);
+        const std::uint64_t limit = next != live.end() && next->first < end ? next->first : end;
+        std::uint64_t size = std::max<std::uint64_t>(
+            (b->second.requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize, kMinBlockSize);
+        size = std::min(size, limit - b->first);
+        if (size == 0) continue;
+        out.blocks.push_back(SnapshotBlock{b->first, size, std::min(b->second.requested, size),
+                                           b->second.pending_free ? "active_pending_free" : "active_allocated",
+                                           b->second.stack_id});
+        at = b->first + size;
+      }
+      if (at < end) out.blocks.push_back(SnapshotBlock{at, end - at, 0, "inactive", kNoStack});
+      out.allocated_size = 0;
+      for (const auto& b : out.blocks) out.allocated_size += b.state == "active_allocated" ? b.size : 0;
+      snap.segments.push_back(std::move(out));
+    }
+  }
+  if (snap.device_traces.empty()) snap.device_traces.resize(1);
+  n.segments = snap.segments.size();
+  return snap;
+}
+
+std::string render_memory_viz(const Archive& a, const RankRow& row, MemoryVizNotes* notes) {
+  const TorchSnapshot snap = memory_viz_snapshot(a, row, notes);
+  return write_torch_snapshot(snap, ArchiveFrames(a));
+}
+
+}  // namespace oomflight

@@ -1,0 +1,153 @@
+// The Chrome trace of an archive: see perfetto.hpp. JSON through nlohmann-json, which escapes every string the
+// archive holds (a hostile file cannot break the document).
+#include "oomflight/export/perfetto.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace oomflight {
+namespace {
+
+using nlohmann::json;
+
+// UTC ns of a rank's monotonic time, wrapping rather than overflowing on hostile anchors.
+std::int64_t utc_ns(const RankRow& r, std::int64_t t_ns) {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(r.anchor_monotonic_ns) +
+                                   static_cast<std::uint64_t>(r.anchor_realtime_ns));
+}
+
+// Microseconds from `origin_ns`, as a double: Perfetto keeps sub-microsecond precision from the fraction.
+double us_since(std::int64_t ns, std::int64_t origin_ns) {
+  return static_cast<double>(static_cast<std::uint64_t>(ns) - static_cast<std::uint64_t>(origin_ns)) / 1000.0;
+}
+
+// Per rank: the allocated and reserved bytes after each event, from the history (offset so that the last values
+// are the rank's figures at the trigger, never below zero).
+struct Gauge {
+  std::int64_t t_ns;
+  std::uint64_t allocated, reserved;
+};
+
+std::vector<Gauge> gauges(const Archive& a, const RankRow& row) {
+  std::vector<Gauge> out;
+  std::unordered_map<std::uint64_t, std::uint64_t> blocks, segments;
+  std::int64_t allocated = 0, reserved = 0, min_allocated = 0, min_reserved = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> raw;
+  std::vector<std::int64_t> times;
+  for (const Event& e : a.events_of(row)) {
+    const std::int64_t before_a = allocated, before_r = reserved;
+    switch (e.action) {
+      case Action::alloc: blocks[e.addr] = e.size; allocated += static_cast<std::int64_t>(e.size); break;
+      case Action::free_completed:
+        if (auto it = blocks.find(e.addr); it != blocks.end()) {
+          allocated -= static_cast<std::int64_t>(it->second);
+          blocks.erase(it);
+        } else {
+          allocated -= static_cast<std::int64_t>(e.size);  // allocated before the history began
+        }
+        break;
+      case Action::segment_alloc:
+      case Action::segment_map: segments[e.addr] = e.size; reserved += static_cast<std::int64_t>(e.size); break;
+      case Action::segment_free:
+      case Action::segment_unmap:
+        if (auto it = segments.find(e.addr); it != segments.end()) {
+          reserved -= static_cast<std::int64_t>(it->second);
+          segments.erase(it);
+        } else {
+          reserved -= static_cast<std::int64_t>(e.size);
+        }
+        break;
+      default: break;
+    }
+    if (allocated == before_a && reserved == before_r && !raw.empty()) continue;
+    min_allocated = std::min(min_allocated, allocated);
+    min_reserved = std::min(min_reserved, reserved);
+    raw.emplace_back(allocated, reserved);
+    times.push_back(e.t_ns);
+  }
+  if (raw.empty()) return out;
+  // The history may start mid-job: shift so that the end matches the rank's figures, and never below zero.
+  const auto shift = [](std::int64_t last, std::int64_t lowest, std::uint64_t at_trigger) {
+    std::int64_t s = static_cast<std::int64_t>(std::min<std::uint64_t>(at_trigger, std::numeric_limits<std::int64_t>::max() / 2)) - last;
+    return std::max(s, -lowest);
+  };
+  const std::int64_t sa = shift(raw.back().first, min_allocated, row.allocated_bytes);
+  const std::int64_t sr = shift(raw.back().second, min_reserved, row.reserved_bytes);
+  out.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    out.push_back(Gauge{times[i], static_cast<std::uint64_t>(raw[i].first + sa),
+                        static_cast<std::uint64_t>(raw[i].second + sr)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_perfetto(const Archive& a) {
+  std::int64_t origin = std::numeric_limits<std::int64_t>::max();
+  for (const RankRow& row : a.ranks) {
+    const auto events = a.events_of(row);
+    if (!events.empty()) origin = std::min(origin, utc_ns(row, events.front().t_ns));
+    for (const BatchRow& b : a.batches_of(row.rank)) origin = std::min(origin, utc_ns(row, b.start_t_ns));
+  }
+  if (origin == std::numeric_limits<std::int64_t>::max()) origin = 0;
+  const bool oom_kind = a.header.kind == "oom";
+  json trace = json::array();
+  for (const RankRow& row : a.ranks) {
+    const int pid = row.rank;
+    std::string name = fmt::format("rank {}", row.rank);
+    if (row.is_origin) name += oom_kind ? " (out of memory)" : " (asked for the dump)";
+    trace.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
+    trace.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", row.rank}}}});
+    trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 0},
+                     {"args", {{"name", fmt::format("batches (device {})", row.device)}}}});
+    for (const Gauge& g : gauges(a, row)) {
+      trace.push_back({{"ph", "C"}, {"name", "memory"}, {"pid", pid}, {"ts", us_since(utc_ns(row, g.t_ns), origin)},
+                       {"args", {{"allocated", g.allocated}, {"reserved", g.reserved}}}});
+    }
+    const auto events = a.events_of(row);
+    const std::int64_t freeze = row.freeze_t_ns != 0 ? row.freeze_t_ns : (events.empty() ? 0 : events.back().t_ns);
+    const auto batches = a.batches_of(row.rank);
+    if (!batches.empty()) {
+      for (const BatchRow& b : batches) {
+        const std::int64_t end = b.end_t_ns != 0 ? b.end_t_ns : std::max(freeze, b.start_t_ns);
+        trace.push_back({{"ph", "X"}, {"name", fmt::format("batch {}", b.batch)}, {"pid", pid}, {"tid", 0},
+                         {"ts", us_since(utc_ns(row, b.start_t_ns), origin)},
+                         {"dur", static_cast<double>(static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(b.start_t_ns)) / 1000.0},
+                         {"args", {{"peak_allocated", b.peak_allocated_bytes}, {"peak_reserved", b.peak_reserved_bytes},
+                                   {"running_at_freeze", b.end_t_ns == 0}}}});
+      }
+    } else {
+      // Older archives: the step markers delimit the batches.
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        if (events[i].action != Action::step) continue;
+        std::size_t j = i + 1;
+        while (j < events.size() && events[j].action != Action::step) ++j;
+        const std::int64_t end = j < events.size() ? events[j].t_ns : std::max(freeze, events[i].t_ns);
+        trace.push_back({{"ph", "X"}, {"name", fmt::format("batch {}", events[i].batch)}, {"pid", pid}, {"tid", 0},
+                         {"ts", us_since(utc_ns(row, events[i].t_ns), origin)},
+                         {"dur", static_cast<double>(static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(events[i].t_ns)) / 1000.0}});
+      }
+    }
+    for (const Event& e : events) {
+      if (e.action != Action::oom) continue;
+      trace.push_back({{"ph", "i"}, {"s", "p"}, {"name", "out of memory"}, {"pid", pid}, {"tid", 0},
+                       {"ts", us_since(utc_ns(row, e.t_ns), origin)},
+                       {"args", {{"requested_bytes", e.size}, {"device_free_bytes", e.addr}, {"batch", e.batch},
+                                 {"reason", fixed_string(row.reason)}}}});
+    }
+  }
+  json doc = {{"traceEvents", std::move(trace)},
+              {"displayTimeUnit", "ms"},
+              {"otherData", {{"run_name", a.header.run_name}, {"kind", a.header.kind},
+                             {"created_at_utc", a.header.created_at_utc}, {"reason", a.header.reason},
+                             {"time_origin_utc_ns", origin}, {"producer", a.header.producer}}}};
+  // Invalid UTF-8 from a damaged file is replaced, not thrown on.
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace oomflight

@@ -1,0 +1,200 @@
+"""Exports and imports through the real command, checked with Python's own pickle and json (standard library).
+
+- import: the three shared PyTorch snapshots as ranks 0-2 give one archive; its report names rank 2 (the
+  full-step transformer) as the rank holding the most, with PyTorch's allocated and reserved of each snapshot.
+- export --format memory_viz of that archive: one pickle per rank that Python's pickle loads, holding exactly the
+  original snapshot (after the allocs that record the state predating the trace): every trace entry (action, address or device_free, size, stream, time_us, frames), every
+  segment (address, total_size, stream) and every live block (address, size, requested_size, state, frames).
+- export --format memory_viz of a real 4-rank OOM archive (the demo's job): the invariants memory_viz checks
+  (torch/cuda/_memory_viz.py segsum: blocks tile each segment; MemoryViz.js: every alloc of the trace that is not
+  freed later is an active block of the end state), each rank's reserved bytes equal to its row's, the origin's
+  trace ending in its oom entry with the request and the failing allocation's frames.
+- export --format perfetto: JSON with one process per rank, a memory counter, batch slices, the OOM instant.
+- export --format folded: live bytes per rank equal to the sum of the memory_viz export's active blocks.
+
+Usage: exports.py OOMFLIGHT_CLI SNAPSHOT_DIR
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
+NAMES = ["cnn-train-eor", "transformer-lm-forward-mixed-ctx128", "transformer-lm-fullstep-ctx128"]
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
+       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def cli(*args, cwd, ok=True):
+    r = subprocess.run([CLI, *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, f"{args}: {r.returncode}\n{r.stdout}{r.stderr}"
+    return r
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def frames(fs):
+    return [(f["filename"], f["line"], f["name"]) for f in fs]
+
+
+def check_memory_viz_invariants(test, snap, label):
+    """What torch/cuda/_memory_viz.py (segsum) and MemoryViz.js (process_alloc_data) rely on."""
+    active = {}
+    for seg in snap["segments"]:
+        at = seg["address"]
+        for b in seg["blocks"]:
+            test.assertEqual(b["address"], at, f"{label}: blocks tile the segment in address order")
+            at += b["size"]
+            test.assertLessEqual(b["requested_size"], b["size"], label)
+            if b["state"] == "active_allocated":
+                active[b["address"]] = b
+        test.assertEqual(at, seg["address"] + seg["total_size"], f"{label}: blocks sum to the segment")
+        test.assertEqual(seg["allocated_size"], sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated"))
+    # Every alloc not freed later in the trace is a live block of the end state.
+    pending = {}
+    for e in snap["device_traces"][0]:
+        if e["action"] == "alloc":
+            pending[e["addr"]] = e
+        elif e["action"] == "free_completed":
+            pending.pop(e["addr"], None)
+    for addr, e in pending.items():
+        test.assertIn(addr, active, f"{label}: alloc at {addr:#x} of the trace is not in the end state")
+        test.assertEqual(active[addr]["requested_size"], e["size"], label)
+    return active
+
+
+class Exports(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = Path(tempfile.mkdtemp(prefix="oomflight-exports-"))
+        cls.snapshots = [os.path.join(SNAPSHOTS, n + ".pickle") for n in NAMES]
+        cls.imported = cls.work / "imported.h5"
+        cls.import_out = cli("import", *cls.snapshots, "-o", cls.imported, "--run-name", "yesterday",
+                             "--device-memory", "80GiB", cwd=cls.work).stdout
+        # A real OOM archive: the demo's job, 4 ranks, rank 2 on a 40 GiB device.
+        job = subprocess.run(["mpirun", "--oversubscribe", "-np", "4", CLI, "run", "--run-name", "demo", "--", CLI,
+                              "replay", cls.snapshots[2], "--device-memory", "64GiB", "--rank-device-memory",
+                              "2=40GiB", "--steps", "2"], cwd=cls.work, env=ENV, capture_output=True, text=True,
+                             timeout=300)
+        assert job.returncode != 0, job.stdout + job.stderr
+        cls.oom = cls.work / "demo" / "oomflight" / "oom.0.h5"
+        assert cls.oom.exists(), job.stdout + job.stderr
+
+    def test_import_report_names_the_largest_rank(self):
+        self.assertIn("imported.h5: run yesterday, kind snapshot, ranks 0,1,2 (3 of 3)", self.import_out)
+        report = cli("report", self.imported, cwd=self.work).stdout
+        self.assertIn("the rank holding the most: rank 2, 51.11 GiB allocated and 56.91 GiB reserved", report)
+        self.assertIn("live memory on rank 2 by call site", report)
+        self.assertIn("optimizers.py:82", report)
+
+    def test_import_then_export_gives_back_each_snapshot(self):
+        out = self.work / "roundtrip"
+        r = cli("export", self.imported, "--format", "memory_viz", "-o", out, "--filename", "{run_name}.{rank}.pickle",
+                cwd=self.work)
+        for rank, original_path in enumerate(self.snapshots):
+            original, ours = load(original_path), load(out / f"yesterday.{rank}.pickle")
+            label = f"rank {rank} ({NAMES[rank]})"
+            trace_o, trace_e = original["device_traces"][0], ours["device_traces"][0]
+            # The archive holds the state that predates the trace as allocs and segment allocs before it (memory_viz
+            # draws such blocks as allocated from the start either way); the trace itself follows, entry for entry.
+            self.assertGreater(len(trace_e), len(trace_o), label)
+            before = trace_e[:len(trace_e) - len(trace_o)]
+            self.assertEqual({e["action"] for e in before} - {"alloc", "segment_alloc"}, set(), label)
+            trace_e = trace_e[len(before):]
+            for i, (o, e) in enumerate(zip(trace_o, trace_e)):
+                key = "device_free" if o["action"] == "oom" else "addr"
+                self.assertEqual((e["action"], e[key], e["size"], e["stream"]),
+                                 (o["action"], o.get(key, o.get("addr")), o["size"], o["stream"]), f"{label} entry {i}")
+                if "time_us" in o:
+                    self.assertEqual(e["time_us"], o["time_us"], f"{label} entry {i}")
+                self.assertEqual(frames(e["frames"]), frames(o.get("frames", [])), f"{label} entry {i}")
+            segs_o = sorted((s["address"], s["total_size"], s["stream"]) for s in original["segments"])
+            segs_e = sorted((s["address"], s["total_size"], s["stream"]) for s in ours["segments"])
+            self.assertEqual(segs_e, segs_o, label)
+            live_o = sorted((b["address"], b["state"], frames(b.get("frames", []))) for s in original["segments"]
+                            for b in s["blocks"] if b["state"] != "inactive")
+            live_e = sorted((b["address"], b["state"], frames(b["frames"])) for s in ours["segments"]
+                            for b in s["blocks"] if b["state"] != "inactive")
+            self.assertEqual(live_e, live_o, label)
+            check_memory_viz_invariants(self, ours, label)
+        self.assertIn("yesterday.2.pickle: rank 2, ", r.stdout)
+
+    def test_memory_viz_of_a_real_oom_archive(self):
+        out = self.work / "mv"
+        r = cli("export", self.oom, "--format", "memory_viz", "-o", out, cwd=self.work)
+        names = sorted(p.name for p in out.iterdir())
+        self.assertEqual(names, [f"rank{r}.0.memory_snapshot.pickle" for r in range(4)], r.stdout)
+        report = cli("report", self.oom, cwd=self.work).stdout
+        for rank in range(4):
+            snap = load(out / f"rank{rank}.0.memory_snapshot.pickle")
+            check_memory_viz_invariants(self, snap, f"rank {rank}")
+            reserved = sum(s["total_size"] for s in snap["segments"])
+            row = [l for l in report.splitlines() if l.strip().startswith(f"{rank}  ")][0]
+            self.assertIn(self.gib(reserved), row, f"rank {rank}: reserved {reserved} against the report's row")
+        origin = load(out / "rank2.0.memory_snapshot.pickle")["device_traces"][0]
+        self.assertEqual(origin[-1]["action"], "oom")
+        self.assertEqual(origin[-1]["size"], 100 * 2**20)
+        self.assertIn("optimizers.py", {f["filename"].split("/")[-1] for f in origin[-1]["frames"]})
+
+    def test_perfetto_has_one_process_per_rank_and_the_oom(self):
+        path = self.work / "t.json"
+        cli("export", self.oom, "--format", "perfetto", "-o", path, cwd=self.work)
+        trace = json.loads(path.read_text())["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(names, {0: "rank 0", 1: "rank 1", 2: "rank 2 (out of memory)", 3: "rank 3"})
+        for rank in range(4):
+            counters = [e for e in trace if e["ph"] == "C" and e["pid"] == rank]
+            self.assertGreater(len(counters), 1000, f"rank {rank}")
+            self.assertTrue(all(e["ts"] >= 0 for e in counters))
+            self.assertIn("batch 0", {e["name"] for e in trace if e["ph"] == "X" and e["pid"] == rank})
+        ooms = [e for e in trace if e["ph"] == "i"]
+        self.assertEqual([(e["pid"], e["args"]["requested_bytes"]) for e in ooms], [(2, 100 * 2**20)])
+        # The origin's last counter is its figures at the trigger: 39.65 GiB allocated.
+        last = [e for e in trace if e["ph"] == "C" and e["pid"] == 2][-1]
+        self.assertEqual(self.gib(last["args"]["allocated"]), "39.65 GiB")
+
+    def test_folded_stacks_sum_to_the_live_bytes(self):
+        path = self.work / "f.folded"
+        cli("export", self.oom, "--format", "folded", "-o", path, cwd=self.work)
+        per_rank = {}
+        for line in path.read_text().splitlines():
+            stack, count = line.rsplit(" ", 1)
+            per_rank[stack.split(";")[0]] = per_rank.get(stack.split(";")[0], 0) + int(count)
+        self.assertEqual(sorted(per_rank), [f"rank {r}" for r in range(4)])
+        mv = self.work / "mv-folded"
+        cli("export", self.oom, "--format", "memory_viz", "-o", mv, cwd=self.work)
+        for rank in range(4):
+            snap = load(mv / f"rank{rank}.0.memory_snapshot.pickle")
+            live = sum(b["requested_size"] for s in snap["segments"] for b in s["blocks"] if b["state"] != "inactive")
+            self.assertEqual(per_rank[f"rank {rank}"], live, f"rank {rank}")
+
+    def test_bad_input_is_a_clear_error(self):
+        r = cli("import", self.snapshots[0], self.snapshots[1], "--ranks", "1,1", "-o", self.work / "x.h5",
+                cwd=self.work, ok=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("two snapshots for rank 1", r.stderr)
+        self.assertFalse((self.work / "x.h5").exists())
+        notpickle = self.work / "not.pickle"
+        notpickle.write_bytes(b"\x1f\x8b\x08gzip")
+        r = cli("import", notpickle, "-o", self.work / "y.h5", cwd=self.work, ok=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("gzip", r.stderr)
+        r = cli("export", self.oom, "--format", "memory_viz", "-o", "/proc/no/such", cwd=self.work, ok=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("/proc/no/such", r.stderr)
+
+    @staticmethod
+    def gib(n):
+        return f"{n / 2**30:.2f} GiB"
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
