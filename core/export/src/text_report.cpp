@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "oomflight/base/units.hpp"
+#include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
 
 namespace oomflight {
@@ -92,22 +93,10 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
 // The metadata a rank's job set (the newest value of each key, in the order first set) and where it ran: one
 // or two lines, for the ranks the report is about. Empty when the archive has no /context for the rank.
 std::string context_lines(const Archive& a, int rank) {
-  std::vector<std::pair<std::string, std::string>> metadata;
-  std::string host, command;
-  for (const ContextRow& c : a.context_of(rank)) {
-    const std::string key(a.string(c.key)), value(a.string(c.value));
-    if (c.kind == 0) {
-      if (key == "host") host = value;
-      if (key == "command_line") command = value;
-      continue;
-    }
-    const auto it = std::find_if(metadata.begin(), metadata.end(), [&](const auto& m) { return m.first == key; });
-    if (it == metadata.end()) {
-      metadata.emplace_back(key, value);
-    } else {
-      it->second = value;
-    }
-  }
+  const RankContext context = rank_context(a, rank);
+  const auto& metadata = context.metadata;
+  const std::string& host = context.host;
+  const std::string& command = context.command;
   std::string out;
   if (!metadata.empty()) {
     std::string pairs;
