@@ -16,6 +16,7 @@ struct ReplayFlags {
   std::string device_memory;
   std::vector<std::string> rank_device_memory;
   int steps = 1;
+  int device = -1;
 };
 
 // Turns the flags into the job's options. Throws std::invalid_argument naming the flag and the value.
@@ -23,6 +24,7 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
   sim::ReplayOptions o;
   o.trace = f.trace;
   o.steps = f.steps;
+  o.device = f.device;
   try {
     o.device_memory_bytes = parse_bytes(f.device_memory);
   } catch (const std::invalid_argument& e) {
@@ -55,6 +57,9 @@ Command add_replay(CLI::App& app) {
                   "Capacity for one rank, RANK=SIZE (repeatable), e.g. 2=40GiB");
   sub->add_option("--steps", f->steps, "Loops of the trace, one batch each")->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub->add_option("--device", f->device,
+                  "The trace's device to replay (default: the only device with a trace; several need this flag)")
+      ->check(CLI::NonNegativeNumber);
   return {sub, [f] {
     sim::ReplayOptions options;
     try {

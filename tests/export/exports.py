@@ -191,6 +191,52 @@ class Exports(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("/proc/no/such", r.stderr)
 
+    def test_a_second_device_is_replayed_exported_and_imported_on_its_own_id(self):
+        """A snapshot of two devices: replay asks which; device 1 replays, dumps and exports as device 1; import
+        keeps both devices and the allocator settings."""
+        original = load(self.snapshots[0])
+        two = dict(original)
+        two["segments"] = original["segments"] + [dict(seg, device=1) for seg in original["segments"]]
+        two["device_traces"] = [original["device_traces"][0], original["device_traces"][0]]
+        two["allocator_settings"] = {"expandable_segments": False, "max_split_size": -1,
+                                     "garbage_collection_threshold": 0.0}
+        path = self.work / "two-devices.pickle"
+        with open(path, "wb") as f:
+            pickle.dump(two, f, protocol=4)
+        work = self.work / "two"
+        work.mkdir()
+        r = cli("replay", path, "--device-memory", "60MiB", cwd=work, ok=False)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("holds traces of devices 0, 1: choose one with --device", r.stderr)
+        r = cli("replay", path, "--device-memory", "60MiB", "--device", "1", cwd=work, ok=False)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("GPU 1 has a total capacity of 60.00 MiB", r.stderr)
+        archives = list(work.rglob("oom.0.h5"))
+        self.assertEqual(len(archives), 1, r.stdout + r.stderr)
+        out = work / "mv"
+        cli("export", archives[0], "--format", "memory_viz", "-o", out, cwd=work)
+        snap = load(next(out.iterdir()))
+        self.assertEqual(snap["device_traces"][0], [])
+        self.assertEqual(snap["device_traces"][1][-1]["action"], "oom")
+        self.assertEqual({s["device"] for s in snap["segments"]}, {1})
+        imported = work / "imported.h5"
+        cli("import", path, "-o", imported, cwd=work)
+        cli("export", imported, "--format", "memory_viz", "-o", work / "mv2", cwd=work)
+        back = load(next((work / "mv2").iterdir()))
+        for d in (0, 1):
+            self.assertEqual(len([e for e in back["device_traces"][d] if e["action"] == "oom"]), 0)
+            tail = back["device_traces"][d][-len(original["device_traces"][0]):]
+            self.assertEqual([(e["action"], e["addr"]) for e in tail],
+                             [(e["action"], e["addr"]) for e in original["device_traces"][0]], f"device {d}")
+        import h5py
+        with h5py.File(imported, "r") as f:
+            strings, data = f["strings"][...], f["string_data"][...]
+            text = lambda i: bytes(data[int(strings[i]["offset"]):int(strings[i]["offset"]) + int(strings[i]["length"])]).decode()
+            pairs = {text(int(c["key"])): text(int(c["value"])) for c in f["context"][...]}
+        self.assertEqual(pairs["allocator_settings.expandable_segments"], "False")
+        self.assertEqual(pairs["allocator_settings.max_split_size"], "-1")
+        self.assertEqual(pairs["imported_from"], str(path))
+
     @staticmethod
     def gib(n):
         return f"{n / 2**30:.2f} GiB"

@@ -40,7 +40,7 @@ TEST(SimulatedDevice, OutOfMemoryAtTheSegmentThatDoesNotFit) {
   EXPECT_EQ(sink.events.back().size, 25u);
   EXPECT_EQ(sink.events.back().addr, 20u);
   EXPECT_EQ(sink.last.reserved_bytes, 80u);
-  EXPECT_EQ(sink.last.allocated_bytes, 60u);
+  EXPECT_EQ(sink.last.allocated_bytes, 2u * 512u);  // PyTorch's allocated: two blocks of at least 512 bytes
   // PyTorch quotes what it tried to cudaMalloc (the segment), and its oom trace entry carries the request.
   EXPECT_EQ(oom->segment_bytes, 40u);
   EXPECT_NE(oom->message.find("CUDA out of memory. Tried to allocate 40 B"), std::string::npos);
@@ -84,10 +84,10 @@ TEST(SimulatedDevice, ReconstructsStateThatPredatesTheTrace) {
   snap.segments.push_back(seg);
   SimulatedDevice device(snap, 1024);
   EXPECT_EQ(device.start_reserved_bytes(), 256u);
-  EXPECT_EQ(device.start_allocated_bytes(), 16u + 32u);  // the freed block and the untouched one
+  EXPECT_EQ(device.start_allocated_bytes(), 2u * 512u);  // the freed block and the untouched one, 512 B blocks
   CollectingSink sink;
   EXPECT_FALSE(device.replay(sink).has_value());
-  EXPECT_EQ(device.stats().allocated_bytes, 8u + 32u);
+  EXPECT_EQ(device.stats().allocated_bytes, 2u * 512u);
   EXPECT_EQ(device.anomalies().free_of_unknown_block, 0u);
   EXPECT_THROW(SimulatedDevice(snap, 255), std::invalid_argument);  // the start state alone does not fit
 }
@@ -117,7 +117,7 @@ TEST(SimulatedDevice, StartOverCapacityReleasesCachedSegmentsFirst) {
   SimulatedDevice device(snap, 150);  // refused to start before: 200 reserved at the start
   EXPECT_EQ(device.start_released_bytes(), 100u);
   EXPECT_EQ(device.start_reserved_bytes(), 100u);
-  EXPECT_EQ(device.start_allocated_bytes(), 50u);
+  EXPECT_EQ(device.start_allocated_bytes(), 512u);  // a 50-byte request is a 512-byte block
   CollectingSink sink;
   device.emit_start_state(sink);
   ASSERT_EQ(sink.events.size(), 2u);  // the live segment and its predating block, with the block's frames
@@ -141,6 +141,17 @@ TEST(SimulatedDevice, StartOverCapacityReleasesCachedSegmentsFirst) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("100 B of segments holding live blocks"), std::string::npos) << e.what();
   }
+}
+
+// Allocated counts blocks as PyTorch does (the request rounded up to 512 bytes); events keep the request.
+TEST(SimulatedDevice, AllocatedCountsBlocksRoundedTo512BytesEventsKeepTheRequest) {
+  const auto snap = snapshot_of({entry(Action::segment_alloc, 0, 1 << 20), entry(Action::alloc, 0, 1),
+                                 entry(Action::alloc, 512, 512), entry(Action::alloc, 1024, 513)});
+  SimulatedDevice device(snap, 2 << 20);
+  CollectingSink sink;
+  ASSERT_FALSE(device.replay(sink).has_value());
+  EXPECT_EQ(device.stats().allocated_bytes, 512u + 512u + 1024u);
+  EXPECT_EQ(sink.events.back().size, 513u);
 }
 
 TEST(SimulatedDevice, RealFullStepFitsIn64GiBAndEveryTraceEventIsEmitted) {

@@ -23,6 +23,7 @@ struct ImportedRank {
   std::vector<Event> events;
   StackTableCopy stacks;
   std::vector<BatchStats> batches;
+  std::vector<ContextEntry> context;
   std::string reason;
 };
 
@@ -149,6 +150,11 @@ ImportedRank import_one(const SnapshotInput& in) {
   }
   r.batches.push_back(b);
   r.stacks = table.copy();
+  // Where the ranks came from, and the allocator's settings as the snapshot recorded them.
+  r.context.push_back(ContextEntry{ContextEntry::Kind::environment, -1, "imported_from", in.path});
+  for (const auto& [key, value] : snap.allocator_settings) {
+    r.context.push_back(ContextEntry{ContextEntry::Kind::environment, -1, "allocator_settings." + key, value});
+  }
   return r;
 }
 
@@ -193,7 +199,7 @@ ArchiveHeader import_torch_snapshots(const std::vector<SnapshotInput>& inputs, c
       header.reason += (header.reason.empty() ? "" : "\n") + r.reason;
     }
     header.ranks_present.push_back(r.row.rank);
-    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, {}});
+    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context});
   }
   header.kind = header.origin_ranks.empty() ? "snapshot" : "oom";
   if (header.origin_ranks.empty()) header.window_first_batch = header.window_last_batch = 0;

@@ -195,6 +195,49 @@ class Decoder {
 
 }  // namespace
 
+namespace {
+
+// A value as Python's repr writes it, cut at 200 characters (settings are short; a hostile file's are not).
+void append_repr(const Value& v, std::string& out, std::size_t limit) {
+  if (out.size() >= limit) return;
+  switch (v.kind) {
+    case Kind::none: out += "None"; break;
+    case Kind::boolean: out += v.boolean ? "True" : "False"; break;
+    case Kind::integer: out += std::to_string(v.integer); break;
+    case Kind::floating: out += fmt::format("{}", v.floating); break;
+    case Kind::string: out += fmt::format("'{}'", v.text.substr(0, limit)); break;
+    case Kind::bytes: out += fmt::format("b<{} bytes>", v.text.size()); break;
+    case Kind::dict:
+      out += '{';
+      for (std::size_t i = 0; i + 1 < v.items.size() && out.size() < limit; i += 2) {
+        if (i) out += ", ";
+        append_repr(*v.items[i], out, limit);
+        out += ": ";
+        append_repr(*v.items[i + 1], out, limit);
+      }
+      out += '}';
+      break;
+    default: {  // list, tuple, set
+      out += v.kind == Kind::list ? '[' : '(';
+      for (std::size_t i = 0; i < v.items.size() && out.size() < limit; ++i) {
+        if (i) out += ", ";
+        append_repr(*v.items[i], out, limit);
+      }
+      out += v.kind == Kind::list ? ']' : ')';
+    }
+  }
+}
+
+std::string python_repr(const Value& v) {
+  constexpr std::size_t kLimit = 200;
+  std::string out;
+  append_repr(v, out, kLimit);
+  if (out.size() > kLimit) out = out.substr(0, kLimit - 3) + "...";
+  return out;
+}
+
+}  // namespace
+
 TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& stacks) {
   const Value& root = doc.root();
   Decoder d(stacks, doc.value_count());
@@ -212,7 +255,15 @@ TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& sta
   for (std::size_t i = 0; i < traces.items.size(); ++i) {
     out.device_traces.push_back(d.trace(*traces.items[i], Where{nullptr, "device_traces", i}, out));
   }
-  out.has_allocator_settings = root.get("allocator_settings") != nullptr;
+  if (const Value* settings = root.get("allocator_settings")) {
+    out.has_allocator_settings = true;
+    if (settings->kind == Kind::dict) {
+      for (std::size_t i = 0; i + 1 < settings->items.size(); i += 2) {
+        if (settings->items[i]->kind != Kind::string) continue;
+        out.allocator_settings.emplace_back(std::string(settings->items[i]->text), python_repr(*settings->items[i + 1]));
+      }
+    }
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <optional>
 #include <vector>
 
@@ -21,11 +22,11 @@ namespace {
 // ids oomflight_intern_stack gave.
 class CApiSink final : public EventSink {
  public:
-  explicit CApiSink(std::vector<std::int32_t> stack_ids) : stack_ids_(std::move(stack_ids)) {}
+  CApiSink(std::vector<std::int32_t> stack_ids, int device) : stack_ids_(std::move(stack_ids)), device_(device) {}
   void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
              std::int32_t stack_id) override {
     const bool known = stack_id >= 0 && static_cast<std::size_t>(stack_id) < stack_ids_.size();
-    oomflight_record(static_cast<int>(action), 0, addr, size, stream,
+    oomflight_record(static_cast<int>(action), device_, addr, size, stream,
                      known ? stack_ids_[static_cast<std::size_t>(stack_id)] : -1);
   }
   void memory(const MemoryStats& s) override {
@@ -36,11 +37,12 @@ class CApiSink final : public EventSink {
     m.peak_reserved_bytes = s.peak_reserved_bytes;
     m.device_capacity_bytes = s.device_capacity_bytes;
     m.device_free_bytes = s.device_free_bytes;
-    oomflight_set_memory(0, &m);
+    oomflight_set_memory(device_, &m);
   }
 
  private:
   std::vector<std::int32_t> stack_ids_;
+  int device_;
 };
 
 // Interns every stack the snapshot decoder found through the C API; returns the new id of each old one.
@@ -61,6 +63,21 @@ std::vector<std::int32_t> intern_through_c_api(const StackTableCopy& table) {
     ids.push_back(id);
   }
   return ids;
+}
+
+// The device to replay: the one asked for, else the only one whose trace has entries. A snapshot of several
+// devices needs the choice: replaying one silently would show the others as empty.
+int choose_device(const TorchSnapshot& snapshot, int asked, const std::string& path) {
+  if (asked >= 0) return asked;
+  std::vector<int> with_trace;
+  for (std::size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    if (!snapshot.device_traces[d].empty()) with_trace.push_back(static_cast<int>(d));
+  }
+  if (with_trace.size() > 1) {
+    throw std::invalid_argument(fmt::format("{} holds traces of devices {}: choose one with --device", path,
+                                            fmt::join(with_trace, ", ")));
+  }
+  return with_trace.empty() ? 0 : with_trace.front();
 }
 
 // Loops the trace; returns the failure if the device ran out of memory.
@@ -101,11 +118,13 @@ int run_replay_job(const ReplayOptions& o) {
   std::optional<TorchSnapshot> snapshot;
   std::optional<SimulatedDevice> device;
   std::optional<CApiSink> sink;
+  int device_id = o.device;
   try {
     StackTable stacks;
     snapshot.emplace(read_torch_snapshot(o.trace, stacks));
-    device.emplace(*snapshot, capacity);
-    sink.emplace(intern_through_c_api(stacks.copy()));
+    device_id = choose_device(*snapshot, o.device, o.trace);
+    device.emplace(*snapshot, capacity, device_id);
+    sink.emplace(intern_through_c_api(stacks.copy()), device_id);
   } catch (const std::exception& e) {
     return cannot_start(e.what());
   }
@@ -128,7 +147,7 @@ int run_replay_job(const ReplayOptions& o) {
       request.reason = oom->message.c_str();
       request.requested_bytes = oom->requested_bytes;
       request.device_free_bytes = oom->device_free_bytes;
-      request.device = 0;
+      request.device = device_id;
       oomflight_request_dump(&request, nullptr);
     }
     // The job's own error, last, as Python prints an uncaught exception; the archive is closed by now.

@@ -15,6 +15,14 @@ namespace {
 constexpr std::uint64_t kNoSegment = ~std::uint64_t{0};
 constexpr std::size_t kLookahead = 256;  // how far after a segment_alloc to look for the alloc it serves
 
+// What a block of `requested` bytes counts in PyTorch's allocated bytes: the block's size, the request rounded
+// up to 512 bytes (kMinBlockSize; round_size in c10/cuda/CUDACachingAllocator.cpp). A large block left unsplit
+// can be larger; the trace does not say, so that is not modelled.
+std::uint64_t block_bytes(std::uint64_t requested) {
+  constexpr std::uint64_t kMinBlockSize = 512;
+  return requested < kMinBlockSize ? kMinBlockSize : (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
 const std::vector<TraceEntry>& trace_of(const TorchSnapshot& s, int device) {
   if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) {
     throw std::invalid_argument(fmt::format("the snapshot has no trace for device {} ({} device trace(s))", device,
@@ -25,7 +33,7 @@ const std::vector<TraceEntry>& trace_of(const TorchSnapshot& s, int device) {
 }  // namespace
 
 SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device)
-    : trace_(trace_of(snapshot, device)), capacity_(capacity_bytes) {
+    : trace_(trace_of(snapshot, device)), capacity_(capacity_bytes), device_(device) {
   // The snapshot's segments are the end state; undo the trace, newest first, to get the start state.
   const SnapshotStartState start = snapshot_start_state(snapshot, device);
   for (const auto& [addr, seg] : start.segments) segments_[addr] = Segment{seg.size, seg.stream, 0, 0, true};
@@ -94,7 +102,7 @@ void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::ui
     ++anomalies_.alloc_outside_segments;
   }
   blocks_[addr] = b;
-  allocated_ += size;
+  allocated_ += block_bytes(size);
   peak_allocated_ = std::max(peak_allocated_, allocated_);
 }
 
@@ -108,7 +116,7 @@ void SimulatedDevice::drop_block(std::uint64_t addr) {
     seg->second.live_bytes -= it->second.size;
     --seg->second.live_blocks;
   }
-  allocated_ -= it->second.size;
+  allocated_ -= block_bytes(it->second.size);
   blocks_.erase(it);
 }
 
@@ -142,9 +150,9 @@ OutOfMemory SimulatedDevice::out_of_memory(const Request& request, std::size_t i
   oom.reserved_bytes = reserved_;
   oom.allocated_bytes = allocated_;
   oom.message = fmt::format(
-      "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} is free. Of the "
+      "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. Of the "
       "allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
-      format_bytes(request.segment_bytes), format_bytes(capacity_), format_bytes(oom.device_free_bytes),
+      format_bytes(request.segment_bytes), device_, format_bytes(capacity_), format_bytes(oom.device_free_bytes),
       format_bytes(allocated_), format_bytes(reserved_ - allocated_));
   // As PyTorch's trace: addr = the device's free bytes, size = the request, the failing allocation's frames.
   sink.event(Action::oom, oom.device_free_bytes, request.bytes, request.stream, request.stack_id);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,6 +62,10 @@ struct TorchSnapshot {
   std::vector<SnapshotSegment> segments;
   std::vector<std::vector<TraceEntry>> device_traces;  ///< one trace per device, oldest first
   bool has_allocator_settings = false;
+  /// `allocator_settings` (PyTorch 2.1 on: PYTORCH_CUDA_ALLOC_CONF as the allocator parsed it), key by key; each
+  /// value written as Python's repr would write a scalar ("True", "0.8", "'native'"), a list or dict shortened to
+  /// at most 200 characters.
+  std::vector<std::pair<std::string, std::string>> allocator_settings;
   bool has_time_us = false;
   std::size_t skipped_unknown_actions = 0;  ///< trace entries with an action this version does not know
 };

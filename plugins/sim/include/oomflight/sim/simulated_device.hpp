@@ -71,6 +71,8 @@ class SimulatedDevice {
   /// takes, so that the next replay() starts where the trace started (one loop = one training step).
   std::optional<OutOfMemory> rewind(EventSink& sink);
 
+  /// The device's figures. allocated counts each live block at PyTorch's block size (the request rounded up to
+  /// 512 bytes, as the caching allocator rounds it); reserved counts segments. Events keep the requested bytes.
   MemoryStats stats() const;
   const ReplayAnomalies& anomalies() const { return anomalies_; }
   std::uint64_t capacity() const { return capacity_; }
@@ -114,6 +116,7 @@ class SimulatedDevice {
 
   const std::vector<TraceEntry>& trace_;
   std::uint64_t capacity_;
+  int device_;
   std::map<std::uint64_t, Segment> segments_;
   std::unordered_map<std::uint64_t, Block> blocks_;
   std::map<std::uint64_t, Segment> start_segments_;
