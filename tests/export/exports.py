@@ -213,6 +213,8 @@ class Exports(unittest.TestCase):
         self.assertIn("GPU 1 has a total capacity of 60.00 MiB", r.stderr)
         archives = list(work.rglob("oom.0.h5"))
         self.assertEqual(len(archives), 1, r.stdout + r.stderr)
+        # The trace's allocator settings, as the replayed job's metadata.
+        self.assertIn("allocator_settings.expandable_segments=False", cli("report", archives[0], cwd=work).stdout)
         out = work / "mv"
         cli("export", archives[0], "--format", "memory_viz", "-o", out, cwd=work)
         snap = load(next(out.iterdir()))

@@ -170,12 +170,36 @@ class Parser {
     return popped_;
   }
 
-  // Makes room for `extra` more elements in one step (charged first), instead of doubling as they come.
+  // Makes room for `extra` more elements in one step (charged first). A run at the end of the current chunk grows
+  // in place; any other moves to the chunk's end (the old run is left unused: containers that grow after others
+  // were made are rare in pickles, where a container's items follow it).
   void reserve_items(Value* v, std::size_t extra) {
-    const std::size_t want = v->items.size() + extra;
-    if (want <= v->items.capacity()) return;
-    account(sizeof(Value*) * (want - v->items.capacity()));
-    v->items.reserve(want);
+    Items& it = v->items;
+    const std::size_t want = static_cast<std::size_t>(it.size_) + extra;
+    if (want <= it.capacity_) return;
+    if (want > UINT32_MAX) fail("a container of more than 2^32 elements");
+    const std::size_t more = want - it.capacity_;
+    if (it.data_ != nullptr && it.data_ + it.capacity_ == chunk_ + chunk_used_ && chunk_used_ + more <= chunk_size_) {
+      account(sizeof(Value*) * more);
+      chunk_used_ += more;
+      it.capacity_ = static_cast<std::uint32_t>(want);
+      return;
+    }
+    // A run of twice what is needed when the container already had one (APPENDS in batches of 1000).
+    const std::size_t run = it.capacity_ == 0 ? want : std::max(want, 2 * static_cast<std::size_t>(it.capacity_));
+    if (chunk_size_ - chunk_used_ < run) {
+      const std::size_t size = std::max(kChunkItems, run);
+      account(sizeof(Value*) * size);
+      doc_.item_chunks_.push_back(std::make_unique<Value*[]>(size));
+      chunk_ = doc_.item_chunks_.back().get();
+      chunk_size_ = size;
+      chunk_used_ = 0;
+    }
+    Value** data = chunk_ + chunk_used_;
+    chunk_used_ += run;
+    if (it.size_ != 0) std::memcpy(data, it.data_, sizeof(Value*) * it.size_);
+    it.data_ = data;
+    it.capacity_ = static_cast<std::uint32_t>(run);
   }
 
   // Places `child` in `parent`. Invariant: every value's depth is exact. It holds because a container only
@@ -183,7 +207,7 @@ class Parser {
   // would grow deeper is refused. That makes the cycle check O(1): if `child` reaches `parent`, then child is
   // deeper than parent, so parent would grow deeper; parent must then be placed (else nothing reaches it), and
   // the refusal catches it. Only on that error path do we walk the graph, to say which of the two it was.
-  void adopt(Value* parent, Value* child) {
+  [[gnu::always_inline]] inline void adopt(Value* parent, Value* child) {
     if (child == parent) fail("a container added to itself (a cycle: l = []; l.append(l))");
     const auto d = static_cast<std::size_t>(child->depth) + 1;
     if (d > max_depth_) fail(fmt::format("nesting deeper than {} levels", max_depth_));
@@ -194,8 +218,7 @@ class Parser {
       }
       parent->depth = static_cast<std::uint16_t>(d);
     }
-    grow(parent->items);
-    parent->items.push_back(child);
+    parent->items.data_[parent->items.size_++] = child;  // room made by the caller (reserve_items)
     child->placed = true;
   }
 
@@ -383,6 +406,10 @@ class Parser {
   std::vector<std::size_t> marks_;
   std::vector<Value*> memo_;
   std::uint64_t memo_count_ = 0;
+  static constexpr std::size_t kChunkItems = 64 * 1024;  // elements per arena chunk (512 KiB)
+  Value** chunk_ = nullptr;  // the element arena's current chunk
+  std::size_t chunk_size_ = 0;
+  std::size_t chunk_used_ = 0;
 };
 
 Document Document::parse(std::string bytes, const Limits& limits) {

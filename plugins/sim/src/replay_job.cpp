@@ -128,6 +128,11 @@ int run_replay_job(const ReplayOptions& o) {
   } catch (const std::exception& e) {
     return cannot_start(e.what());
   }
+  // The allocator's settings of the run that wrote the trace, as the job's metadata (a real job's
+  // PYTORCH_CUDA_ALLOC_CONF is in its environment instead).
+  for (const auto& [key, value] : snapshot->allocator_settings) {
+    oomflight_set_metadata(("allocator_settings." + key).c_str(), value.c_str());
+  }
   // The blocks and segments that predate the trace are recorded first, before batch 0 (batch -1), so that the
   // archive holds the whole allocator state and not only what the trace touched.
   device->emit_start_state(*sink);
