@@ -5,9 +5,10 @@
 - export --format memory_viz of that archive: one pickle per rank that Python's pickle loads, holding exactly the
   original snapshot (after the allocs that record the state predating the trace): every trace entry (action, address or device_free, size, stream, time_us, frames), every
   segment (address, total_size, stream) and every live block (address, size, requested_size, state, frames).
-- export --format memory_viz of a real 4-rank OOM archive (the demo's job): the invariants memory_viz checks
+- export --format memory_viz of a real 4-rank OOM archive (the demo's job): the invariants memory_viz relies on
   (torch/cuda/_memory_viz.py segsum: blocks tile each segment; MemoryViz.js: every alloc of the trace that is not
-  freed later is an active block of the end state), each rank's reserved bytes equal to its row's, the origin's
+  freed later is an active block of the end state, and walking the trace backwards from the end state every block
+  put back lies in a live segment; the same check passes on PyTorch's own three snapshots), each rank's reserved bytes equal to its row's, the origin's
   trace ending in its oom entry with the request and the failing allocation's frames.
 - export --format perfetto: JSON with one process per rank, a memory counter, batch slices, the OOM instant.
 - export --format folded: live bytes per rank equal to the sum of the memory_viz export's active blocks.
@@ -53,11 +54,42 @@ def check_memory_viz_invariants(test, snap, label):
         for b in seg["blocks"]:
             test.assertEqual(b["address"], at, f"{label}: blocks tile the segment in address order")
             at += b["size"]
-            test.assertLessEqual(b["requested_size"], b["size"], label)
+            if b["state"] != "inactive":  # PyTorch leaves a stale requested_size on inactive blocks
+                test.assertLessEqual(b["requested_size"], b["size"], label)
             if b["state"] == "active_allocated":
                 active[b["address"]] = b
         test.assertEqual(at, seg["address"] + seg["total_size"], f"{label}: blocks sum to the segment")
         test.assertEqual(seg["allocated_size"], sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated"))
+    # MemoryViz.js's Allocator State History walks each trace backwards from the end state: every block it puts
+    # back (free_completed) must lie in a live segment, every free_requested must find its block, and a segment
+    # taken away (undoing segment_alloc) must hold no block by then.
+    import bisect
+    for device, trace in enumerate(snap["device_traces"]):
+        segs = {s["address"]: s["total_size"] for s in snap["segments"] if s["device"] == device}
+        blocks = {b["address"]: b["size"] for s in snap["segments"] if s["device"] == device for b in s["blocks"]
+                  if b["state"] != "inactive"}
+
+        def segment_of(addr):
+            starts = sorted(segs)
+            i = bisect.bisect_right(starts, addr) - 1
+            return starts[i] if i >= 0 and addr < starts[i] + segs[starts[i]] else None
+
+        for i in range(len(trace) - 1, -1, -1):
+            e = trace[i]
+            where = f"{label}: device {device} entry {i} ({e['action']})"
+            if e["action"] == "free_completed":
+                test.assertIsNotNone(segment_of(e["addr"]), f"{where}: block outside every segment")
+                blocks[e["addr"]] = e["size"]
+            elif e["action"] == "free_requested":
+                test.assertIn(e["addr"], blocks, f"{where}: no block to mark")
+            elif e["action"] == "alloc":
+                blocks.pop(e["addr"], None)
+            elif e["action"] in ("segment_free", "segment_unmap"):
+                segs[e["addr"]] = e["size"]
+            elif e["action"] in ("segment_alloc", "segment_map"):
+                size = segs.pop(e["addr"], e["size"])
+                inside = [a for a in blocks if e["addr"] <= a < e["addr"] + size]
+                test.assertEqual(inside, [], f"{where}: the segment still holds blocks")
     # Every alloc not freed later in the trace is a live block of the end state.
     pending = {}
     for e in snap["device_traces"][0]:
@@ -87,6 +119,17 @@ class Exports(unittest.TestCase):
         assert job.returncode != 0, job.stdout + job.stderr
         cls.oom = cls.work / "demo" / "oomflight" / "oom.0.h5"
         assert cls.oom.exists(), job.stdout + job.stderr
+
+    def test_the_invariant_check_accepts_pytorchs_own_snapshots(self):
+        for path in self.snapshots:
+            snap = load(path)
+            for seg in snap["segments"]:  # older PyTorch gives blocks no address: they tile the segment in order
+                at = seg["address"]
+                for b in seg["blocks"]:
+                    b.setdefault("address", at)
+                    b.setdefault("requested_size", b["size"])
+                    at += b["size"]
+            check_memory_viz_invariants(self, snap, os.path.basename(path))
 
     def test_import_report_names_the_largest_rank(self):
         self.assertIn("imported.h5: run yesterday, kind snapshot, ranks 0,1,2 (3 of 3)", self.import_out)
