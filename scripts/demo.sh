@@ -50,3 +50,13 @@ echo "demo: $oomflight report ${archives[0]}"
 "$oomflight" report "${archives[0]}" --top 5 --frames 3
 echo "demo: h5ls ${archives[0]}"
 h5ls "${archives[0]}"
+# The same archive for the tools people already use: a page to open in a browser, PyTorch snapshots for
+# pytorch.org/memory_viz, one Perfetto timeline of the four ranks.
+echo "demo: $oomflight report ${archives[0]} --html report.html"
+"$oomflight" report "${archives[0]}" --html report.html > /dev/null
+echo "demo: $oomflight export ${archives[0]} --format memory_viz -o memory_viz"
+"$oomflight" export "${archives[0]}" --format memory_viz -o memory_viz
+echo "demo: $oomflight export ${archives[0]} --format perfetto -o demo.perfetto.json"
+"$oomflight" export "${archives[0]}" --format perfetto -o demo.perfetto.json
+echo "demo: open $work/report.html in a browser, drop a pickle of $work/memory_viz on pytorch.org/memory_viz," \
+     "and $work/demo.perfetto.json on ui.perfetto.dev"
