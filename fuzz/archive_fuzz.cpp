@@ -6,8 +6,9 @@
 // isolate.hpp), and tests/format/hostile_archives.py covers it with bit flips. What is ours is every value the
 // file holds: offsets, counts, ids, ranks, attributes. So the input is decoded into those values and written as
 // a well-formed HDF5 file with the schema's own row types (taken from an archive that write_archive makes at
-// start-up), then read. The property: read_archive ends in ArchiveError, or it returns an archive that analyze
-// and render_report handle without a crash, a sanitizer report or another exception.
+// start-up), then read. The property: read_archive ends in ArchiveError, or it returns an archive that analyze,
+// render_report, render_html_report and the exporters (memory_viz, whose pickle the strict reader must read back,
+// perfetto, folded) handle without a crash, a sanitizer report or another exception.
 //
 // Input, little-endian; a read past the end gives zeros (fuzz/make_corpus.py writes the same layout):
 //   u8 flags            bit 0: write the 'complete' attribute; bit 1: its value is 0, not 1;
@@ -29,7 +30,12 @@
 #include <vector>
 
 #include "oomflight/analysis/post_mortem.hpp"
+#include "oomflight/export/folded.hpp"
+#include "oomflight/export/html_report.hpp"
+#include "oomflight/export/memory_viz.hpp"
+#include "oomflight/export/perfetto.hpp"
 #include "oomflight/export/text_report.hpp"
+#include "oomflight/format/pickle.hpp"
 #include "oomflight/format/archive_reader.hpp"
 #include "oomflight/format/archive_writer.hpp"
 
@@ -159,6 +165,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto pm = oomflight::analyze(archive, 10);
     const std::string text = oomflight::render_report(archive, pm, 6);
     if (text.empty()) __builtin_trap();
+    // Every other reader of an accepted archive: the page and the three exports.
+    if (oomflight::render_html_report(archive, pm, 6).empty()) __builtin_trap();
+    for (const auto& row : archive.ranks) {
+      const std::string pickle = oomflight::render_memory_viz(archive, row);
+      if (pickle.size() < 3) __builtin_trap();
+      oomflight::pickle::Document::parse(pickle);  // ours must read back
+    }
+    if (oomflight::render_perfetto(archive).empty()) __builtin_trap();
+    (void)oomflight::render_folded(archive);
     if (print) std::fprintf(stderr, "outcome: accepted: %zu ranks, %zu events\n", archive.ranks.size(), archive.events.size());
   } catch (const oomflight::ArchiveError& e) {
     if (print) std::fprintf(stderr, "outcome: refused: %s\n", e.what());

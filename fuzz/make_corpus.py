@@ -126,6 +126,12 @@ def archives():
     # Found by the fuzzer: times at the ends of int64 overflowed in the report's arithmetic (UBSan).
     case("times-at-int64-ends", freeze_t_ns__2=np.int64(2**63 - 1), anchor_monotonic_ns__2=np.int64(-2**63),
          anchor_realtime_ns__2=np.int64(2**63 - 1))
+    # Found by the fuzzer: an address or size above 2^63 became a 9-byte LONG1 in the memory_viz export, which the
+    # strict reader refused to read back; and sizes near 2^64 overflowed the exporters' sums.
+    big = base_rows["events"].copy()
+    big["addr"][:4] = np.uint64(2**64 - 4096)
+    big["size"][:4] = np.uint64(2**64 - 1)
+    case("sizes-above-2-63", events=big)
     case("rank-outside-world", rank__3=7)
     unknown = batches.copy()
     unknown["rank"][0] = 9

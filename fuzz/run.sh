@@ -60,6 +60,7 @@ expect archive archive <<'CASES'
 valid|accepted|4 ranks, 146 events
 valid-v01-no-mark|accepted|4 ranks, 146 events
 times-at-int64-ends|accepted|4 ranks, 146 events
+sizes-above-2-63|accepted|4 ranks, 146 events
 batches-rank-unknown|refused|/batches row 0: rank 9 is not in /ranks
 batches-not-grouped|refused|/batches row 2: rank 0 is not in /ranks, or its rows are not grouped
 context-string-of-another-rank|refused|/context row 0: key

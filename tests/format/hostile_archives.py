@@ -1,5 +1,7 @@
 """Hostile and damaged archives through `oomflight report`: every one is refused with exit 1 and a message that
 names what is wrong, never a signal, never a bare std::bad_alloc, never a report of nonsense as if it were valid.
+A damaged copy that still reads as an archive also goes through `report --html` and the three exports, which must
+succeed on it.
 
 Usage: hostile_archives.py OOMFLIGHT_CLI FIXTURE_DIR
 
@@ -171,6 +173,16 @@ def main():
             with open(path, "wb") as out:
                 out.write(damaged)
             r = report(path)
+            if r.returncode == 0:
+                # Read as an archive: every other reader of it must survive it too (the page, the exports).
+                for extra in (["report", path, "--html", os.path.join(work, "flip.html")],
+                              ["export", path, "--format", "memory_viz", "-o", os.path.join(work, "flip-mv")],
+                              ["export", path, "--format", "perfetto", "-o", os.path.join(work, "flip.json")],
+                              ["export", path, "--format", "folded", "-o", os.path.join(work, "flip.folded")]):
+                    x = subprocess.run([CLI, *extra], capture_output=True, text=True, errors="replace", timeout=60)
+                    if x.returncode != 0 or "bad_alloc" in x.stderr:
+                        r = x
+                        break
             if r.returncode < 0 or r.returncode > 1 or "bad_alloc" in r.stderr:
                 crashes += 1
                 keep = os.path.join(work, f"crash-{i}.h5")

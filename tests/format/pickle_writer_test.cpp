@@ -30,6 +30,23 @@ TEST(PickleWriter, IntegersAtEveryEncodingsEdgeReadBackExactly) {
   }
 }
 
+// Device addresses and byte counts are uint64: those above 2^63 are a 9-byte LONG1, which the reader keeps.
+TEST(PickleWriter, UnsignedAbove2To63ReadsBackAsItsUnsignedValue) {
+  Writer w;
+  w.begin_list();
+  w.unsigned_integer(~std::uint64_t{0});
+  w.unsigned_integer(std::uint64_t{1} << 63);
+  w.unsigned_integer(42);
+  w.end_list();
+  const Document doc = Document::parse(w.finish());
+  ASSERT_EQ(doc.root().items.size(), 3u);
+  EXPECT_TRUE(doc.root().items[0]->above_int64);
+  EXPECT_EQ(static_cast<std::uint64_t>(doc.root().items[0]->integer), ~std::uint64_t{0});
+  EXPECT_EQ(static_cast<std::uint64_t>(doc.root().items[1]->integer), std::uint64_t{1} << 63);
+  EXPECT_FALSE(doc.root().items[2]->above_int64);
+  EXPECT_EQ(doc.root().items[2]->integer, 42);
+}
+
 TEST(PickleWriter, DictsListsStringsBooleansTuplesAndTheMemo) {
   Writer w;
   w.begin_dict();

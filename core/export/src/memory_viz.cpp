@@ -14,6 +14,14 @@ namespace {
 // c10/cuda/CUDACachingAllocator.cpp).
 constexpr std::uint64_t kMinBlockSize = 512;
 
+// A block's size for `requested` bytes: rounded up to kMinBlockSize (saturating: a damaged file's sizes are
+// arbitrary).
+std::uint64_t block_bytes(std::uint64_t requested) {
+  if (requested < kMinBlockSize) return kMinBlockSize;
+  if (requested > ~std::uint64_t{0} - kMinBlockSize) return requested;
+  return (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
 struct LiveBlock {
   std::uint64_t requested = 0;
   std::uint64_t stream = 0;
@@ -80,8 +88,9 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
     auto& segs = segments[device];
     auto& live = blocks[device];
     switch (e.action) {
-      case Action::segment_alloc: segs[e.addr] = LiveSegment{e.size, e.stream, false}; break;
-      case Action::segment_map: segs[e.addr] = LiveSegment{e.size, e.stream, true}; break;
+      // A damaged file's sizes may run past 2^64: a segment ends at the top of the address space at most.
+      case Action::segment_alloc: segs[e.addr] = LiveSegment{std::min(e.size, ~e.addr), e.stream, false}; break;
+      case Action::segment_map: segs[e.addr] = LiveSegment{std::min(e.size, ~e.addr), e.stream, true}; break;
       case Action::segment_free:
       case Action::segment_unmap: segs.erase(e.addr); break;
       case Action::alloc: live[e.addr] = LiveBlock{e.size, e.stream, e.stack_id, false}; break;
@@ -106,9 +115,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       auto it = segs.upper_bound(addr);
       const bool inside = it != segs.begin() && addr < std::prev(it)->first + std::prev(it)->second.size;
       if (!inside) {
-        const std::uint64_t size = std::max<std::uint64_t>((b.requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize,
-                                                           kMinBlockSize);
-        segs[addr] = LiveSegment{size, b.stream, false};
+        segs[addr] = LiveSegment{std::min(block_bytes(b.requested), ~addr), b.stream, false};
         ++n.blocks_outside_segments;
       }
     }
@@ -130,9 +137,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
         if (b->first > at) out.blocks.push_back(SnapshotBlock{at, b->first - at, 0, "inactive", kNoStack});
         const auto next = std::next(b);
         const std::uint64_t limit = next != live.end() && next->first < end ? next->first : end;
-        std::uint64_t size = std::max<std::uint64_t>(
-            (b->second.requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize, kMinBlockSize);
-        size = std::min(size, limit - b->first);
+        const std::uint64_t size = std::min(block_bytes(b->second.requested), limit - b->first);
         if (size == 0) continue;
         out.blocks.push_back(SnapshotBlock{b->first, size, std::min(b->second.requested, size),
                                            b->second.pending_free ? "active_pending_free" : "active_allocated",

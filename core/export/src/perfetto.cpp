@@ -33,32 +33,34 @@ struct Gauge {
 };
 
 std::vector<Gauge> gauges(const Archive& a, const RankRow& row) {
+  // 128-bit sums: a damaged file's sizes are arbitrary, and signed 64-bit overflow would be undefined.
+  __extension__ typedef __int128 Wide;
   std::vector<Gauge> out;
   std::unordered_map<std::uint64_t, std::uint64_t> blocks, segments;
-  std::int64_t allocated = 0, reserved = 0, min_allocated = 0, min_reserved = 0;
-  std::vector<std::pair<std::int64_t, std::int64_t>> raw;
+  Wide allocated = 0, reserved = 0, min_allocated = 0, min_reserved = 0;
+  std::vector<std::pair<Wide, Wide>> raw;
   std::vector<std::int64_t> times;
   for (const Event& e : a.events_of(row)) {
-    const std::int64_t before_a = allocated, before_r = reserved;
+    const Wide before_a = allocated, before_r = reserved;
     switch (e.action) {
-      case Action::alloc: blocks[e.addr] = e.size; allocated += static_cast<std::int64_t>(e.size); break;
+      case Action::alloc: blocks[e.addr] = e.size; allocated += e.size; break;
       case Action::free_completed:
         if (auto it = blocks.find(e.addr); it != blocks.end()) {
-          allocated -= static_cast<std::int64_t>(it->second);
+          allocated -= it->second;
           blocks.erase(it);
         } else {
-          allocated -= static_cast<std::int64_t>(e.size);  // allocated before the history began
+          allocated -= e.size;  // allocated before the history began
         }
         break;
       case Action::segment_alloc:
-      case Action::segment_map: segments[e.addr] = e.size; reserved += static_cast<std::int64_t>(e.size); break;
+      case Action::segment_map: segments[e.addr] = e.size; reserved += e.size; break;
       case Action::segment_free:
       case Action::segment_unmap:
         if (auto it = segments.find(e.addr); it != segments.end()) {
-          reserved -= static_cast<std::int64_t>(it->second);
+          reserved -= it->second;
           segments.erase(it);
         } else {
-          reserved -= static_cast<std::int64_t>(e.size);
+          reserved -= e.size;
         }
         break;
       default: break;
@@ -71,16 +73,17 @@ std::vector<Gauge> gauges(const Archive& a, const RankRow& row) {
   }
   if (raw.empty()) return out;
   // The history may start mid-job: shift so that the end matches the rank's figures, and never below zero.
-  const auto shift = [](std::int64_t last, std::int64_t lowest, std::uint64_t at_trigger) {
-    std::int64_t s = static_cast<std::int64_t>(std::min<std::uint64_t>(at_trigger, std::numeric_limits<std::int64_t>::max() / 2)) - last;
-    return std::max(s, -lowest);
+  const auto shift = [](Wide last, Wide lowest, std::uint64_t at_trigger) {
+    return std::max(static_cast<Wide>(at_trigger) - last, -lowest);
   };
-  const std::int64_t sa = shift(raw.back().first, min_allocated, row.allocated_bytes);
-  const std::int64_t sr = shift(raw.back().second, min_reserved, row.reserved_bytes);
+  const Wide sa = shift(raw.back().first, min_allocated, row.allocated_bytes);
+  const Wide sr = shift(raw.back().second, min_reserved, row.reserved_bytes);
+  const auto clamp = [](Wide v) {
+    return v < 0 ? std::uint64_t{0} : v > static_cast<Wide>(~std::uint64_t{0}) ? ~std::uint64_t{0} : static_cast<std::uint64_t>(v);
+  };
   out.reserve(raw.size());
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    out.push_back(Gauge{times[i], static_cast<std::uint64_t>(raw[i].first + sa),
-                        static_cast<std::uint64_t>(raw[i].second + sr)});
+    out.push_back(Gauge{times[i], clamp(raw[i].first + sa), clamp(raw[i].second + sr)});
   }
   return out;
 }

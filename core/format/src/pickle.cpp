@@ -275,7 +275,15 @@ class Parser {
       v &= ~(std::uint64_t{0xff} << (8 * i));
       v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(b[i])) << (8 * i);
     }
-    if (n >= 8 && ((v >> 63) != 0) != negative) fail("an integer wider than 64 bits");
+    if (n >= 8 && ((v >> 63) != 0) != negative) {
+      // 2^63 .. 2^64 - 1 (a device address or a byte count as uint64): kept, flagged, for unsigned readers.
+      if (!negative && n > 8) {
+        Value* x = integer(static_cast<std::int64_t>(v));
+        x->above_int64 = true;
+        return x;
+      }
+      fail("an integer wider than 64 bits");
+    }
     return integer(static_cast<std::int64_t>(v));
   }
 

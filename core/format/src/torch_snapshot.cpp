@@ -57,10 +57,14 @@ class Decoder {
     const Value& v = field(dict, key, where);
     if (v.kind == Kind::boolean) return v.boolean ? 1 : 0;
     if (v.kind != Kind::integer) fail(where, fmt::format("'{}' is not an integer", key));
+    if (v.above_int64) fail(where, fmt::format("'{}' is out of range ({})", key, static_cast<std::uint64_t>(v.integer)));
     return v.integer;
   }
 
   static std::uint64_t bytes(const Value& dict, const char* key, const Where& where) {
+    if (const Value* u = dict.get(key); u && u->kind == Kind::integer && u->above_int64) {
+      return static_cast<std::uint64_t>(u->integer);
+    }
     const std::int64_t v = integer(dict, key, where);
     if (v < 0) fail(where, fmt::format("'{}' is negative ({})", key, v));
     return static_cast<std::uint64_t>(v);

@@ -52,6 +52,9 @@ struct OOMFLIGHT_API Value {
   bool boolean = false;
   bool placed = false;  ///< true once the value is an element of some container
   std::int64_t integer = 0;
+  /// The integer is in 2^63 .. 2^64 - 1 (Python wrote it as a 9-byte LONG1): `integer` holds its low 64 bits, so
+  /// static_cast<std::uint64_t>(integer) is the value. Wider integers are refused.
+  bool above_int64 = false;
   double floating = 0;
   std::string_view text;  ///< string (UTF-8) or bytes
   Items items;
@@ -78,7 +81,7 @@ struct Limits {
 class OOMFLIGHT_API Document {
  public:
   /// Parses `bytes`. Throws PickleError for: an opcode that loads code (named), an unknown opcode, a truncated
-  /// file, a length that runs past the end, an integer wider than 64 bits, a memo index out of range, nesting
+  /// file, a length that runs past the end, an integer outside int64 and uint64, a memo index out of range, nesting
   /// deeper than limits.max_depth, more values than limits.max_values or more memory than
   /// limits.max_memory_bytes (the error names the limit), a container added to itself or to one of its
   /// ancestors (a cycle: `l = []; l.append(l)`), a container that grows deeper after it was placed in another
