@@ -1,5 +1,6 @@
 // libFuzzer target: the strict pickle reader and the PyTorch snapshot decoder on arbitrary bytes. The property:
-// any input ends in a value or in PickleError / SnapshotError, within the memory Limits allow; anything else (a
+// any input ends in a value or in PickleError / SnapshotError, within the memory Limits allow, and an accepted
+// snapshot written back (torch_snapshot_writer) reads and decodes to as many segments and trace entries; anything else (a
 // crash, a sanitizer report, another exception such as std::bad_alloc, a leak) is a finding. Built by
 // -DOOMFLIGHT_FUZZ=ON with clang (fuzz/README.md).
 #include <cstddef>
@@ -10,6 +11,7 @@
 
 #include "oomflight/format/pickle.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
+#include "oomflight/format/torch_snapshot_writer.hpp"
 #include "oomflight/record/stack_table.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -31,6 +33,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
     }
+    // What import and export do with an accepted snapshot: its start state per device, and writing it back as a
+    // pickle that the strict reader reads and decodes to the same number of trace entries.
+    std::size_t entries_in = 0;
+    for (std::size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+      (void)oomflight::snapshot_start_state(snapshot, static_cast<int>(d));
+      entries_in += snapshot.device_traces[d].size();
+    }
+    const auto table = stacks.copy();
+    const std::string written = oomflight::write_torch_snapshot(snapshot, oomflight::StackTableFrames(table));
+    oomflight::StackTable again_stacks;
+    const auto again = oomflight::decode_torch_snapshot(oomflight::pickle::Document::parse(written), again_stacks);
+    std::size_t entries_out = 0;
+    for (const auto& trace : again.device_traces) entries_out += trace.size();
+    if (entries_out != entries_in || again.segments.size() != snapshot.segments.size()) __builtin_trap();
     if (print) {
       std::size_t entries = 0;
       for (const auto& trace : snapshot.device_traces) entries += trace.size();
