@@ -1,6 +1,7 @@
 // The pickle writer: opcodes as CPython's Lib/pickletools.py encodes them (little-endian arguments).
 #include "oomflight/format/pickle_writer.hpp"
 
+#include <iterator>
 #include <stdexcept>
 
 namespace oomflight::pickle {
@@ -83,10 +84,24 @@ void Writer::string(std::string_view text) {
   if (!items_.empty()) ++items_.back();
 }
 
-void Writer::memoized_string(std::string_view text) {
-  if (auto it = strings_.find(std::string(text)); it != strings_.end()) return get(it->second);
+void Writer::memoized_string(std::string_view text) { push_memoized(text); }
+
+void Writer::key(std::string_view text) {
+  for (const Recent& r : recent_) {
+    if (r.data == text.data() && r.size == text.size()) return get(r.memo);
+  }
+  recent_[recent_next_++ % std::size(recent_)] = Recent{text.data(), text.size(), push_memoized(text)};
+}
+
+std::uint32_t Writer::push_memoized(std::string_view text) {
+  if (auto it = strings_.find(text); it != strings_.end()) {
+    get(it->second);
+    return it->second;
+  }
   string(text);
-  strings_.emplace(std::string(text), memoize());
+  const std::uint32_t memo = memoize();
+  strings_.emplace(std::string(text), memo);
+  return memo;
 }
 
 void Writer::open(char kind) {
@@ -147,6 +162,7 @@ std::string Writer::finish() {
   std::string bytes = std::move(out_);
   out_.clear();
   strings_.clear();
+  for (Recent& r : recent_) r = Recent{};
   memo_size_ = 0;
   return bytes;
 }

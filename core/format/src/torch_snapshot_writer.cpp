@@ -113,7 +113,7 @@ void write_segment(pickle::Writer& w, FramesWriter& frames, const SnapshotSegmen
 void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e) {
   w.begin_dict();
   w.key("action");
-  w.memoized_string(action_name(e.action));
+  w.key(action_name(e.action));  // static storage: found by address
   w.key(e.action == Action::oom ? "device_free" : "addr");
   w.unsigned_integer(e.addr);
   w.key("size");
@@ -133,6 +133,9 @@ void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e) {
 
 std::string write_torch_snapshot(const TorchSnapshot& snapshot, const SnapshotFrameSource& source) {
   pickle::Writer w;
+  std::size_t entries = 0;
+  for (const auto& trace : snapshot.device_traces) entries += trace.size();
+  w.reserve(64 * entries + 256 * snapshot.segments.size() + 4096);  // about what an entry and a segment take
   FramesWriter frames(w, source);
   w.begin_dict();
   w.key("segments");

@@ -30,12 +30,14 @@ class OOMFLIGHT_API Writer {
   void integer(std::int64_t value);
   /// Unsigned 64-bit integers (device addresses above 2^63 stay positive).
   void unsigned_integer(std::uint64_t value);
-  /// A str (UTF-8 bytes, passed through as they are). Strings written through `key` are memoized by content
-  /// and written once; so are those passed to `memoized_string`.
+  /// A str (UTF-8 bytes, passed through as they are).
   void string(std::string_view text);
-  /// A string written once and referred to by memo afterwards (dict keys and other repeated names).
+  /// A string written once and referred to by memo afterwards (repeated names), found by its content.
   void memoized_string(std::string_view text);
-  void key(std::string_view text) { memoized_string(text); }
+  /// A dict key: as memoized_string, and also found by where its bytes are, without hashing. `text` must point
+  /// at storage that outlives the writer and never changes (a string literal): another string later at the same
+  /// address would be taken for it.
+  void key(std::string_view text);
 
   void begin_dict();  ///< EMPTY_DICT MARK
   void end_dict();    ///< SETITEMS (nothing when empty)
@@ -48,17 +50,35 @@ class OOMFLIGHT_API Writer {
   /// Pushes a memoized value again (BINGET or LONG_BINGET).
   void get(std::uint32_t memo_index);
 
+  /// Reserves room for a pickle of about `bytes` bytes (one allocation instead of doublings).
+  void reserve(std::size_t bytes) { out_.reserve(bytes); }
+
   /// Ends the pickle (STOP) and returns its bytes; the writer is empty afterwards.
   std::string finish();
 
  private:
   void open(char kind);
+  std::uint32_t push_memoized(std::string_view text);
   void close(char kind);
   std::string out_;
   std::string open_;  // kinds of the open containers: 'd' dict, 'l' list
   std::vector<std::size_t> items_;  // items written into each open container
   std::uint32_t memo_size_ = 0;
-  std::unordered_map<std::string, std::uint32_t> strings_;
+  // Heterogeneous lookup: a key found by its string_view, no std::string built per lookup.
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> strings_;
+  // The last strings memoized, by where their bytes are: dict keys are string literals, found here without
+  // hashing (a snapshot writes seven keys per trace entry).
+  struct Recent {
+    const char* data = nullptr;
+    std::size_t size = 0;
+    std::uint32_t memo = 0;
+  };
+  Recent recent_[16];
+  std::size_t recent_next_ = 0;
 };
 
 }  // namespace oomflight::pickle
