@@ -10,3 +10,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 10 sleep
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_snapshot_bench" 100000 10 100
+"$(dirname "$0")/decode_vs_python.sh" "$build"
+"$(dirname "$0")/export_vs_python.sh" "$build"
