@@ -39,6 +39,12 @@ int export_memory_viz(const Archive& a, const ExportOptions& o, const FilenameTe
     return kExitFailure;
   }
   const std::set<int> wanted(o.ranks.begin(), o.ranks.end());
+  const std::size_t ranks = wanted.empty() ? a.ranks.size() : wanted.size();
+  if (ranks > 1 && !name.uses(FilenameTemplate::Field::rank)) {
+    print_error(fmt::format("--filename {} has no {{rank}}: the snapshots of {} ranks would overwrite each other",
+                            name.text(), ranks));
+    return kExitUsage;
+  }
   int written = 0;
   for (const RankRow& row : a.ranks) {
     if (!wanted.empty() && !wanted.count(row.rank)) continue;

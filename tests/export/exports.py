@@ -230,6 +230,10 @@ class Exports(unittest.TestCase):
         r = cli("import", notpickle, "-o", self.work / "y.h5", cwd=self.work, ok=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("gzip", r.stderr)
+        r = cli("export", self.oom, "--format", "memory_viz", "--filename", "same.pickle", "-o", self.work / "same",
+                cwd=self.work, ok=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("has no {rank}: the snapshots of 4 ranks would overwrite each other", r.stderr)
         r = cli("export", self.oom, "--format", "memory_viz", "-o", "/proc/no/such", cwd=self.work, ok=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("/proc/no/such", r.stderr)
