@@ -17,6 +17,7 @@ struct ReplayFlags {
   std::vector<std::string> rank_device_memory;
   int steps = 1;
   int device = -1;
+  bool pace = false;
 };
 
 // Turns the flags into the job's options. Throws std::invalid_argument naming the flag and the value.
@@ -25,6 +26,7 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
   o.trace = f.trace;
   o.steps = f.steps;
   o.device = f.device;
+  o.pace = f.pace;
   try {
     o.device_memory_bytes = parse_bytes(f.device_memory);
   } catch (const std::invalid_argument& e) {
@@ -60,6 +62,9 @@ Command add_replay(CLI::App& app) {
   sub->add_option("--device", f->device,
                   "The trace's device to replay (default: the only device with a trace; several need this flag)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--pace", f->pace,
+                "Serve each trace entry at its own time (time_us) from the step's start, so that the archive's "
+                "times are the trace's (a step then lasts as long as it did)");
   return {sub, [f] {
     sim::ReplayOptions options;
     try {

@@ -22,10 +22,10 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "demo: mpirun --oversubscribe -np 4 oomflight run --run-name demo -- oomflight replay $(basename "$trace")" \
-     "--device-memory 64GiB --rank-device-memory 2=40GiB --steps 2"
+     "--device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace"
 set +e
 mpirun --oversubscribe -np 4 "$oomflight" run --run-name demo -- \
-  "$oomflight" replay "$trace" --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 2>&1 | tee job.log
+  "$oomflight" replay "$trace" --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace 2>&1 | tee job.log
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -eq 0 ]; then

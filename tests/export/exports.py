@@ -286,6 +286,33 @@ class Exports(unittest.TestCase):
         self.assertEqual(pairs["allocator_settings.max_split_size"], "-1")
         self.assertEqual(pairs["imported_from"], str(path))
 
+    def test_paced_replay_keeps_the_traces_own_times(self):
+        """--pace serves each entry at its time_us offset: every recorded event of the step is at least as far from
+        the step's start as its trace entry is from the trace's first (a sleep is never shorter; no upper bound is
+        asserted, the machine is shared)."""
+        import h5py
+        work = self.work / "paced"
+        work.mkdir()
+        trace = load(self.snapshots[1])["device_traces"][0]
+        r = cli("replay", self.snapshots[1], "--device-memory", "20GiB", "--pace", cwd=work, ok=False)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        archive = next(work.rglob("oom.0.h5"))
+        with h5py.File(archive, "r") as f:
+            ev = f["events"][...]
+        step = [i for i, e in enumerate(ev) if e["action"] == 9][0]
+        allocs = ev[step + 1:][ev[step + 1:]["action"] == 0]  # every alloc of the trace, in order, up to the OOM
+        trace_allocs = [e for e in trace if e["action"] == "alloc"][:len(allocs)]
+        self.assertGreater(len(allocs), 1000)
+        self.assertEqual([int(x) for x in allocs["size"]], [e["size"] for e in trace_allocs])
+        # The pacer starts its clock at the trace's first entry, after the step marker was recorded.
+        t0, first_us = int(ev[step]["t_ns"]), trace[0]["time_us"]
+        for k, (e, entry) in enumerate(zip(allocs, trace_allocs)):
+            self.assertGreaterEqual(int(e["t_ns"]) - t0, (entry["time_us"] - first_us) * 1000 - 1000,
+                                    f"alloc {k} was recorded before its trace time")
+        # The step lasted at least as long as the trace did up to the last alloc served.
+        self.assertGreaterEqual(int(allocs["t_ns"][-1]) - t0, (trace_allocs[-1]["time_us"] - first_us) * 1000 - 1000)
+        self.assertGreater(trace_allocs[-1]["time_us"] - first_us, 100_000)  # the check spans a tenth of a second
+
     @staticmethod
     def gib(n):
         return f"{n / 2**30:.2f} GiB"

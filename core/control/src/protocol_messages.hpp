@@ -32,8 +32,11 @@ struct Vote {
   std::uint64_t device_free_bytes = 0;
   std::int32_t device = 0;
   std::int32_t kind = 0;     ///< DumpKind
-  char reason[224] = {};     ///< NUL-padded, cut (the origin prints its whole reason itself)
+  /// NUL-padded, cut at 735 bytes (the origin prints its whole reason itself). PyTorch's OOM message, with its
+  /// PYTORCH_CUDA_ALLOC_CONF advice, runs to about 600 bytes; 224 cut it mid-sentence. Every rank gathers every
+  /// vote: 776 bytes a rank (0.4 MB per rank at 512 ranks, once per dump).
+  char reason[736] = {};
 };
-static_assert(sizeof(Vote) == 264);
+static_assert(sizeof(Vote) == 776);
 
 }  // namespace oomflight::protocol

@@ -3,7 +3,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <optional>
@@ -80,9 +82,29 @@ int choose_device(const TorchSnapshot& snapshot, int asked, const std::string& p
   return with_trace.empty() ? 0 : with_trace.front();
 }
 
+// Sleeps so that each trace entry is served at its own time_us offset from the start of the step's trace: the
+// recorded times are then the trace's, not the simulator's (which serves a step in a few milliseconds).
+class Pacer {
+ public:
+  void restart() { first_us_ = -1; }
+  void operator()(std::int64_t time_us) {
+    if (first_us_ < 0) {
+      first_us_ = time_us;
+      start_ = std::chrono::steady_clock::now();
+      return;
+    }
+    if (time_us > first_us_) std::this_thread::sleep_until(start_ + std::chrono::microseconds(time_us - first_us_));
+  }
+
+ private:
+  std::int64_t first_us_ = -1;
+  std::chrono::steady_clock::time_point start_;
+};
+
 // Loops the trace; returns the failure if the device ran out of memory.
-std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi) {
+std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi, Pacer* pacer) {
   for (int step = 0; step < steps; ++step) {
+    if (pacer) pacer->restart();
     oomflight_mark_batch(step);
     std::optional<OutOfMemory> oom = step > 0 ? device.rewind(sink) : std::nullopt;
     if (!oom) oom = device.replay(sink);
@@ -143,7 +165,9 @@ int run_replay_job(const ReplayOptions& o) {
   }
   // Start together, as data-parallel jobs do after broadcasting the initial parameters.
   if (mpi) MPI_Barrier(MPI_COMM_WORLD);
-  const auto oom = run_steps(*device, *sink, o.steps, mpi);
+  Pacer pacer;
+  if (o.pace) device->set_pacer([&pacer](std::int64_t time_us) { pacer(time_us); });
+  const auto oom = run_steps(*device, *sink, o.steps, mpi, o.pace ? &pacer : nullptr);
   if (oom) {
     if (oomflight_is_oom("torch.OutOfMemoryError", oom->message.c_str())) {
       // The simulated allocator already recorded its oom event; ask for the dump with PyTorch's figures.

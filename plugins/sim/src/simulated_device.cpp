@@ -177,6 +177,7 @@ std::optional<OutOfMemory> SimulatedDevice::reserve(std::uint64_t addr, std::uin
 std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
   for (std::size_t i = 0; i < trace_.size(); ++i) {
     const TraceEntry& e = trace_[i];
+    if (pacer_ && e.time_us >= 0) pacer_(e.time_us);
     switch (e.action) {
       case Action::alloc: {
         Segment* seg = segment_of(e.addr);

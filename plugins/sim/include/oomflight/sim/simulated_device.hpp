@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -74,6 +75,10 @@ class SimulatedDevice {
   /// The device's figures. allocated counts each live block at PyTorch's block size (the request rounded up to
   /// 512 bytes, as the caching allocator rounds it); reserved counts segments. Events keep the requested bytes.
   MemoryStats stats() const;
+
+  /// Called by replay() with each trace entry's time_us (entries without one are not paced) before the entry is
+  /// served: a pacer that sleeps until that time keeps the trace's own timing (`oomflight replay --pace`).
+  void set_pacer(std::function<void(std::int64_t time_us)> pacer) { pacer_ = std::move(pacer); }
   const ReplayAnomalies& anomalies() const { return anomalies_; }
   std::uint64_t capacity() const { return capacity_; }
   /// Cached segments released at the start to fit the capacity (0 when the start state fitted as it was).
@@ -124,6 +129,7 @@ class SimulatedDevice {
   std::uint64_t reserved_ = 0, allocated_ = 0, peak_reserved_ = 0, peak_allocated_ = 0;
   std::uint64_t start_reserved_ = 0, start_allocated_ = 0, start_released_ = 0;
   ReplayAnomalies anomalies_;
+  std::function<void(std::int64_t)> pacer_;
 };
 
 }  // namespace oomflight::sim
