@@ -68,8 +68,8 @@ int export_memory_viz(const Archive& a, const ExportOptions& o, const FilenameTe
     }
     std::string extra;
     if (notes.blocks_outside_segments) {
-      extra += fmt::format("; {} live blocks lay outside every recorded segment (their segment_alloc was "
-                           "overwritten) and got a segment of their own",
+      extra += fmt::format("; {} live blocks lay outside every recorded segment (no segment_alloc for them in the "
+                           "history: overwritten, or never recorded) and got a segment of their own",
                            notes.blocks_outside_segments);
     }
     fmt::print("{}: rank {}, {} trace entries, {} segments{}\n", path.string(), row.rank, notes.events,
