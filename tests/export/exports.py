@@ -183,6 +183,11 @@ class Exports(unittest.TestCase):
             row = [l for l in report.splitlines() if l.strip().startswith(f"{rank}  ")][0]
             self.assertIn(self.gib(reserved), row, f"rank {rank}: reserved {reserved} against the report's row")
         origin = load(out / "rank2.0.memory_snapshot.pickle")["device_traces"][0]
+        # Frames on every event that has them: the segment allocs the replay made carry the frames of the
+        # allocation that needed them, as PyTorch's do.
+        segment_allocs = [e for e in origin if e["action"] == "segment_alloc"]
+        self.assertGreater(len(segment_allocs), 100)
+        self.assertGreater(sum(1 for e in segment_allocs if e["frames"]), 0.9 * len(segment_allocs))
         self.assertEqual(origin[-1]["action"], "oom")
         self.assertEqual(origin[-1]["size"], 100 * 2**20)
         self.assertIn("optimizers.py", {f["filename"].split("/")[-1] for f in origin[-1]["frames"]})

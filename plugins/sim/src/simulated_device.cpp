@@ -170,7 +170,8 @@ std::optional<OutOfMemory> SimulatedDevice::reserve(std::uint64_t addr, std::uin
   it->second.reserved = true;
   reserved_ += it->second.size;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
-  sink.event(Action::segment_alloc, addr, it->second.size, it->second.stream, kNoStack);
+  // PyTorch records a segment_alloc with the frames of the allocation that needed it.
+  sink.event(Action::segment_alloc, addr, it->second.size, it->second.stream, request.stack_id);
   return std::nullopt;
 }
 
@@ -201,7 +202,9 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
       case Action::segment_map: {
         auto it = segments_.find(e.addr);
         if (it != segments_.end() && it->second.reserved) break;  // already reserved in the model
-        if (auto oom = reserve(e.addr, e.size, e.stream, request_for_segment(i), i, sink)) return oom;
+        Request request = request_for_segment(i);
+        if (e.stack_id != kNoStack) request.stack_id = e.stack_id;  // the trace's own frames for the segment
+        if (auto oom = reserve(e.addr, e.size, e.stream, request, i, sink)) return oom;
         break;
       }
       case Action::segment_free:
