@@ -3,8 +3,10 @@
 - import: the three shared PyTorch snapshots as ranks 0-2 give one archive; its report names rank 2 (the
   full-step transformer) as the rank holding the most, with PyTorch's allocated and reserved of each snapshot.
 - export --format memory_viz of that archive: one pickle per rank that Python's pickle loads, holding exactly the
-  original snapshot (after the allocs that record the state predating the trace): every trace entry (action, address or device_free, size, stream, time_us, frames), every
-  segment (address, total_size, stream) and every live block (address, size, requested_size, state, frames).
+  original snapshot (after the allocs that record the state predating the trace): every trace entry (action,
+  address or device_free, size, stream, time_us, frames), every segment (address, total_size, stream) and every
+  block, inactive ones included (address, size, requested_size, state, frames), carried by /state_segments and
+  /state_blocks.
 - export --format memory_viz of a real 4-rank OOM archive (the demo's job): the invariants memory_viz relies on
   (torch/cuda/_memory_viz.py segsum: blocks tile each segment; MemoryViz.js: every alloc of the trace that is not
   freed later is an active block of the end state, and walking the trace backwards from the end state every block
@@ -142,6 +144,10 @@ class Exports(unittest.TestCase):
         out = self.work / "roundtrip"
         r = cli("export", self.imported, "--format", "memory_viz", "-o", out, "--filename", "{run_name}.{rank}.pickle",
                 cwd=self.work)
+        # merge carries the state as well
+        cli("merge", self.imported, "-o", self.work / "merged.h5", cwd=self.work)
+        cli("export", self.work / "merged.h5", "--format", "memory_viz", "-o", out / "merged", "--filename",
+            "{run_name}.{rank}.pickle", cwd=self.work)
         for rank, original_path in enumerate(self.snapshots):
             original, ours = load(original_path), load(out / f"yesterday.{rank}.pickle")
             label = f"rank {rank} ({NAMES[rank]})"
@@ -162,11 +168,20 @@ class Exports(unittest.TestCase):
             segs_o = sorted((s["address"], s["total_size"], s["stream"]) for s in original["segments"])
             segs_e = sorted((s["address"], s["total_size"], s["stream"]) for s in ours["segments"])
             self.assertEqual(segs_e, segs_o, label)
-            live_o = sorted((b["address"], b["state"], frames(b.get("frames", []))) for s in original["segments"]
-                            for b in s["blocks"] if b["state"] != "inactive")
-            live_e = sorted((b["address"], b["state"], frames(b["frames"])) for s in ours["segments"]
-                            for b in s["blocks"] if b["state"] != "inactive")
-            self.assertEqual(live_e, live_o, label)
+            # The allocator state travels as the snapshot gave it (/state_segments, /state_blocks): every block,
+            # inactive ones included, with PyTorch's own sizes, requested sizes, states and frames.
+            def blocks_of(snap):
+                out = []
+                for seg in snap["segments"]:
+                    at = seg["address"]
+                    for b in seg["blocks"]:
+                        out.append((b.get("address", at), b["size"], b.get("requested_size", b["size"]),
+                                    b["state"], frames(b.get("frames", []))))
+                        at += b["size"]
+                return sorted(out)
+            self.assertEqual(blocks_of(ours), blocks_of(original), label)
+            self.assertEqual(blocks_of(load(out / "merged" / f"yesterday.{rank}.pickle")), blocks_of(original),
+                             f"{label}, after merge")
             check_memory_viz_invariants(self, ours, label)
         self.assertIn("yesterday.2.pickle: rank 2, ", r.stdout)
 

@@ -141,6 +141,15 @@ def main():
             f["events"][...] = rows
         expect_refused(craft(work, "unknown-action", bad_action), "/events", "action")
 
+        def bad_state_block(f):
+            dt = np.dtype({"names": ["rank", "stack_id", "address", "size", "requested_size", "state"],
+                           "formats": ["<i4", "<i4", "<u8", "<u8", "<u8", "u1"],
+                           "offsets": [0, 4, 8, 16, 24, 32], "itemsize": 40})
+            rows = np.zeros(1, dtype=dt)
+            rows["rank"], rows["stack_id"], rows["size"] = 0, 1000000, 512
+            f.create_dataset("state_blocks", data=rows)
+        expect_refused(craft(work, "state-block-stack", bad_state_block), "/state_blocks row 0", "stack_id 1000000")
+
         def not_finished(f):
             f.attrs["producer"] = np.bytes_(b"oomflight 0.2.0")
         expect_refused(craft(work, "no-complete-mark", not_finished), "incomplete archive")

@@ -150,6 +150,36 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       snap.segments.push_back(std::move(out));
     }
   }
+  // A source that gave the allocator's state at the freeze (an import) is taken as it is: PyTorch's own block
+  // sizes and every block, not a rebuild from the history.
+  if (const auto segments = a.state_segments_of(row.rank); !segments.empty()) {
+    // Blocks by address once; each segment takes its range (a damaged file's rows must not make this quadratic).
+    std::vector<StateBlockRow> blocks(a.state_blocks_of(row.rank).begin(), a.state_blocks_of(row.rank).end());
+    std::sort(blocks.begin(), blocks.end(),
+              [](const StateBlockRow& x, const StateBlockRow& y) { return x.address < y.address; });
+    static constexpr const char* kStates[] = {"active_allocated", "active_pending_free", "inactive"};
+    snap.segments.clear();
+    n.blocks_outside_segments = 0;
+    for (const StateSegmentRow& s : segments) {
+      SnapshotSegment out;
+      out.device = s.device;
+      out.address = s.address;
+      out.total_size = s.total_size;
+      out.stream = s.stream;
+      out.is_expandable = s.is_expandable != 0;
+      out.segment_type = s.total_size <= (std::uint64_t{1} << 20) ? "small" : "large";
+      const std::uint64_t end = s.address + std::min(s.total_size, ~s.address);
+      auto b = std::lower_bound(blocks.begin(), blocks.end(), s.address,
+                                [](const StateBlockRow& x, std::uint64_t addr) { return x.address < addr; });
+      for (; b != blocks.end() && b->address < end; ++b) {
+        const auto state = static_cast<std::size_t>(b->state) < std::size(kStates) ? kStates[static_cast<int>(b->state)]
+                                                                                   : "inactive";
+        out.blocks.push_back(SnapshotBlock{b->address, b->size, b->requested_size, state, b->stack_id});
+        out.allocated_size += b->state == BlockState::active_allocated ? b->size : 0;
+      }
+      snap.segments.push_back(std::move(out));
+    }
+  }
   if (snap.device_traces.empty()) snap.device_traces.resize(1);
   n.segments = snap.segments.size();
   return snap;

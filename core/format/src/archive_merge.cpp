@@ -22,6 +22,8 @@ struct LocalRank {
   std::vector<Event> events;
   std::vector<BatchStats> batches;
   std::vector<ContextEntry> context;
+  std::vector<StateSegmentRow> state_segments;
+  std::vector<StateBlockRow> state_blocks;
   StackTableCopy stacks;
 };
 
@@ -39,6 +41,12 @@ LocalRank localise(const Archive& a, const RankRow& row) {
                                      e.stack_id));
     }
     e.stack_id = static_cast<std::int32_t>(id - row.stack_offset);
+  }
+  const auto state_segments = a.state_segments_of(row.rank);
+  out.state_segments.assign(state_segments.begin(), state_segments.end());
+  for (const StateBlockRow& b : a.state_blocks_of(row.rank)) {  // the reader checked the ids are this rank's
+    out.state_blocks.push_back(b);
+    if (b.stack_id != kNoStack) out.state_blocks.back().stack_id = static_cast<std::int32_t>(b.stack_id - row.stack_offset);
   }
   for (const BatchRow& b : a.batches_of(row.rank)) {
     out.batches.push_back(BatchStats{b.batch, b.start_t_ns, b.end_t_ns, b.device, 0, b.allocated_bytes,
@@ -144,7 +152,9 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   }
   std::vector<RankDump> dumps;
   dumps.reserve(ranks.size());
-  for (const LocalRank& r : ranks) dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context});
+  for (const LocalRank& r : ranks) {
+    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context, r.state_segments, r.state_blocks});
+  }
   write_archive_ranks(output, header, dumps);
   return header;
 }

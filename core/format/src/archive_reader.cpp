@@ -180,6 +180,19 @@ void check_consistency(const Archive& a, const Reader& r) {
   };
   check_groups(a.batches, "/batches");
   check_groups(a.context, "/context");
+  check_groups(a.state_segments, "/state_segments");
+  check_groups(a.state_blocks, "/state_blocks");
+  for (std::size_t i = 0; i < a.state_blocks.size(); ++i) {
+    const StateBlockRow& b = a.state_blocks[i];
+    const RankRow* row = a.rank_row(b.rank);
+    const bool stack_ok = b.stack_id == kNoStack ||
+                          (row != nullptr && b.stack_id >= 0 && static_cast<std::uint64_t>(b.stack_id) >= row->stack_offset &&
+                           static_cast<std::uint64_t>(b.stack_id) - row->stack_offset < row->stack_count);
+    if (!stack_ok || static_cast<int>(b.state) >= kBlockStateCount) {
+      r.fail(fmt::format("/state_blocks row {}: stack_id {} is outside rank {}'s stacks, or state {} is unknown", i,
+                         b.stack_id, b.rank, static_cast<int>(b.state)));
+    }
+  }
   for (std::size_t i = 0; i < a.context.size(); ++i) {
     const ContextRow& c = a.context[i];
     const RankRow* row = a.rank_row(c.rank);
@@ -246,6 +259,10 @@ std::span<const Row> group_of(const std::vector<Row>& rows, int rank) {
 std::span<const BatchRow> Archive::batches_of(int rank) const { return group_of(batches, rank); }
 
 std::span<const ContextRow> Archive::context_of(int rank) const { return group_of(context, rank); }
+
+std::span<const StateSegmentRow> Archive::state_segments_of(int rank) const { return group_of(state_segments, rank); }
+
+std::span<const StateBlockRow> Archive::state_blocks_of(int rank) const { return group_of(state_blocks, rank); }
 
 std::vector<const FrameRow*> Archive::stack(std::int32_t stack_id) const {
   std::vector<const FrameRow*> out;
@@ -328,6 +345,12 @@ Archive read_archive(const std::string& path) {
   a.frames = r.rows<FrameRow>(dataset::frames, h5::frame_row_type());
   if (r.has_dataset(dataset::batches)) a.batches = r.rows<BatchRow>(dataset::batches, h5::batch_row_type());
   if (r.has_dataset(dataset::context)) a.context = r.rows<ContextRow>(dataset::context, h5::context_row_type());
+  if (r.has_dataset(dataset::state_segments)) {
+    a.state_segments = r.rows<StateSegmentRow>(dataset::state_segments, h5::state_segment_row_type());
+  }
+  if (r.has_dataset(dataset::state_blocks)) {
+    a.state_blocks = r.rows<StateBlockRow>(dataset::state_blocks, h5::state_block_row_type());
+  }
   const auto string_rows = r.rows<StringRow>(dataset::strings, h5::string_row_type());
   const auto data = r.rows<char>(dataset::string_data, H5T_NATIVE_UINT8);
   a.strings.reserve(string_rows.size());

@@ -27,7 +27,10 @@
 namespace oomflight {
 namespace {
 
-enum Table { kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringBytes, kBatches, kContext, kTables };
+enum Table {
+  kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringBytes, kBatches, kContext, kStateSegments, kStateBlocks,
+  kTables
+};
 using Counts = std::array<std::uint64_t, kTables>;
 
 // Local rows in the archive's layout, with every id turned into a global one. The events are by far the largest
@@ -44,6 +47,8 @@ struct GlobalRows {
   std::vector<std::uint8_t> string_data;
   std::vector<BatchRow> batches;
   std::vector<ContextRow> context;
+  std::vector<StateSegmentRow> state_segments;
+  std::vector<StateBlockRow> state_blocks;
 };
 
 Counts local_counts(const RankDump& d) {
@@ -58,6 +63,8 @@ Counts local_counts(const RankDump& d) {
   c[kContext] = d.context.size();
   c[kStrings] += 2 * d.context.size();  // each entry's key and value follow the stacks' strings
   for (const auto& e : d.context) c[kStringBytes] += e.key.size() + e.value.size();
+  c[kStateSegments] = d.state_segments.size();
+  c[kStateBlocks] = d.state_blocks.size();
   return c;
 }
 
@@ -108,6 +115,13 @@ GlobalRows rebase(const RankDump& d, const Counts& off) {
                                  b.reserved_bytes, b.peak_allocated_bytes, b.peak_reserved_bytes,
                                  b.device_capacity_bytes, b.device_free_bytes, b.alloc_events, b.free_events,
                                  b.oom_events});
+  }
+  g.state_segments.assign(d.state_segments.begin(), d.state_segments.end());
+  for (auto& seg : g.state_segments) seg.rank = d.row.rank;
+  g.state_blocks.assign(d.state_blocks.begin(), d.state_blocks.end());
+  for (auto& b : g.state_blocks) {
+    b.rank = d.row.rank;
+    if (b.stack_id != kNoStack) b.stack_id += static_cast<std::int32_t>(off[kStacks]);
   }
   return g;
 }
@@ -244,7 +258,7 @@ std::string verify_rows(const std::string& path, const std::vector<Writer::Range
 
 // The first rank's check of what only the library wrote: the file opens, says it is complete, and every dataset
 // has the size all ranks wrote. Returns an empty string, or what failed.
-std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 9>& dims) {
+std::string verify_metadata(const std::string& path, const std::array<std::uint64_t, 11>& dims) {
   auto file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) return "it does not open as HDF5 after the close (disk full?)";
   std::int32_t complete = 0;
@@ -252,9 +266,10 @@ std::string verify_metadata(const std::string& path, const std::array<std::uint6
   if (!a.valid() || H5Aread(a, H5T_NATIVE_INT32, &complete) < 0 || complete != 1) {
     return "its 'complete' attribute did not reach the file (disk full?)";
   }
-  const std::array<const char*, 9> names = {dataset::ranks,   dataset::events,  dataset::stacks,
-                                            dataset::stack_frames, dataset::frames, dataset::strings,
-                                            dataset::string_data, dataset::batches, dataset::context};
+  const std::array<const char*, 11> names = {dataset::ranks,        dataset::events,         dataset::stacks,
+                                             dataset::stack_frames, dataset::frames,         dataset::strings,
+                                             dataset::string_data,  dataset::batches,        dataset::context,
+                                             dataset::state_segments, dataset::state_blocks};
   for (std::size_t i = 0; i < names.size(); ++i) {
     auto d = h5::dset(H5Dopen2(file, names[i], H5P_DEFAULT));
     auto sp = d.valid() ? h5::space(H5Dget_space(d)) : h5::Handle();
@@ -299,6 +314,8 @@ void append(GlobalRows& to, GlobalRows&& from) {
   to.string_data.insert(to.string_data.end(), from.string_data.begin(), from.string_data.end());
   to.batches.insert(to.batches.end(), from.batches.begin(), from.batches.end());
   to.context.insert(to.context.end(), from.context.begin(), from.context.end());
+  to.state_segments.insert(to.state_segments.end(), from.state_segments.begin(), from.state_segments.end());
+  to.state_blocks.insert(to.state_blocks.end(), from.state_blocks.begin(), from.state_blocks.end());
 }
 
 // Adds one rank at `at` (its offsets among all rows) to the plan, its ids moved by `rebase_by` (`at`, or less
@@ -383,6 +400,10 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
          rows.string_data.data());
   w.rows(dataset::batches, h5::batch_row_type(), total[kBatches], off[kBatches], mine[kBatches], rows.batches.data());
   w.rows(dataset::context, h5::context_row_type(), total[kContext], off[kContext], mine[kContext], rows.context.data());
+  w.rows(dataset::state_segments, h5::state_segment_row_type(), total[kStateSegments], off[kStateSegments],
+         mine[kStateSegments], rows.state_segments.data());
+  w.rows(dataset::state_blocks, h5::state_block_row_type(), total[kStateBlocks], off[kStateBlocks],
+         mine[kStateBlocks], rows.state_blocks.data());
   phases.mark("rows");
   w.int_attribute(kCompleteAttribute, 1);  // the last write: a file without it never finished
   w.close();
@@ -397,7 +418,7 @@ void write_planned(const std::string& path, const ArchiveHeader& header, const P
   if (error.empty() && verify && index == 0) {
     error = verify_metadata(partial, {plan.rank_total, total[kEvents], total[kStacks], total[kStackFrames],
                                       total[kFrames], total[kStrings], total[kStringBytes], total[kBatches],
-                                      total[kContext]});
+                                      total[kContext], total[kStateSegments], total[kStateBlocks]});
   }
   if (verify && index == 0) phases.mark("metadata check");
   const bool verified = all_agree(error.empty(), comm);
@@ -485,8 +506,14 @@ void write_archive_collective(const std::string& path, const ArchiveHeader& head
     offset_stack_ids(events_in_place, shift);
     Counts no_offset = plan.offset;
     no_offset[kStacks] = 0;  // already applied: rebase() must neither copy nor offset again
-    add_rank(plan, RankDump{dump.row, events_in_place, dump.stacks, dump.batches, dump.context}, no_offset,
-             plan.offset);
+    // The state's blocks are few: they take the same shift from a copy.
+    std::vector<StateBlockRow> blocks(dump.state_blocks.begin(), dump.state_blocks.end());
+    for (auto& b : blocks) {
+      if (b.stack_id != kNoStack) b.stack_id += shift;
+    }
+    add_rank(plan, RankDump{dump.row, events_in_place, dump.stacks, dump.batches, dump.context, dump.state_segments,
+                            blocks},
+             no_offset, plan.offset);
     write_planned(path, header, plan, index, comm);
     return;
   }

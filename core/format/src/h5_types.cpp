@@ -30,6 +30,28 @@ Handle batch_row_type() {
   return t;
 }
 
+Handle state_segment_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(StateSegmentRow)));
+  H5Tinsert(t, "rank", offsetof(StateSegmentRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t, "device", offsetof(StateSegmentRow, device), H5T_NATIVE_INT32);
+  H5Tinsert(t, "address", offsetof(StateSegmentRow, address), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "total_size", offsetof(StateSegmentRow, total_size), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "stream", offsetof(StateSegmentRow, stream), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "is_expandable", offsetof(StateSegmentRow, is_expandable), H5T_NATIVE_UINT8);
+  return t;
+}
+
+Handle state_block_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(StateBlockRow)));
+  H5Tinsert(t, "rank", offsetof(StateBlockRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t, "stack_id", offsetof(StateBlockRow, stack_id), H5T_NATIVE_INT32);
+  H5Tinsert(t, "address", offsetof(StateBlockRow, address), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "size", offsetof(StateBlockRow, size), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "requested_size", offsetof(StateBlockRow, requested_size), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "state", offsetof(StateBlockRow, state), H5T_NATIVE_UINT8);
+  return t;
+}
+
 Handle context_row_type() {
   Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(ContextRow)));
   H5Tinsert(t, "rank", offsetof(ContextRow, rank), H5T_NATIVE_INT32);

@@ -15,6 +15,8 @@ Handle frame_row_type();
 Handle string_row_type();
 Handle batch_row_type();
 Handle context_row_type();
+Handle state_segment_row_type();
+Handle state_block_row_type();
 /// Fixed-length NUL-padded string of `size` bytes (at least 1).
 Handle fixed_string_type(std::size_t size);
 

@@ -24,8 +24,16 @@ struct ImportedRank {
   StackTableCopy stacks;
   std::vector<BatchStats> batches;
   std::vector<ContextEntry> context;
+  std::vector<StateSegmentRow> state_segments;
+  std::vector<StateBlockRow> state_blocks;
   std::string reason;
 };
+
+BlockState block_state(const std::string& state) {
+  if (state == "active_allocated") return BlockState::active_allocated;
+  if (state == "active_pending_free") return BlockState::active_pending_free;
+  return BlockState::inactive;
+}
 
 ImportedRank import_one(const SnapshotInput& in) {
   ImportedRank r;
@@ -150,6 +158,25 @@ ImportedRank import_one(const SnapshotInput& in) {
   }
   r.batches.push_back(b);
   r.stacks = table.copy();
+  // The allocator's state at the end, exactly as the snapshot gives it (PyTorch's block sizes, every block).
+  for (const auto& seg : snap.segments) {
+    StateSegmentRow row_seg;
+    row_seg.device = seg.device;
+    row_seg.address = seg.address;
+    row_seg.total_size = seg.total_size;
+    row_seg.stream = seg.stream;
+    row_seg.is_expandable = seg.is_expandable ? 1 : 0;
+    r.state_segments.push_back(row_seg);
+    for (const auto& b : seg.blocks) {
+      StateBlockRow row_block;
+      row_block.stack_id = b.stack_id;
+      row_block.address = b.address;
+      row_block.size = b.size;
+      row_block.requested_size = b.requested_size;
+      row_block.state = block_state(b.state);
+      r.state_blocks.push_back(row_block);
+    }
+  }
   // Where the ranks came from, and the allocator's settings as the snapshot recorded them.
   r.context.push_back(ContextEntry{ContextEntry::Kind::environment, -1, "imported_from", in.path});
   for (const auto& [key, value] : snap.allocator_settings) {
@@ -199,7 +226,7 @@ ArchiveHeader import_torch_snapshots(const std::vector<SnapshotInput>& inputs, c
       header.reason += (header.reason.empty() ? "" : "\n") + r.reason;
     }
     header.ranks_present.push_back(r.row.rank);
-    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context});
+    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context, r.state_segments, r.state_blocks});
   }
   header.kind = header.origin_ranks.empty() ? "snapshot" : "oom";
   if (header.origin_ranks.empty()) header.window_first_batch = header.window_last_batch = 0;

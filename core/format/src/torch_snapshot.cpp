@@ -299,7 +299,8 @@ SnapshotStartState snapshot_start_state(const TorchSnapshot& snapshot, int devic
     if (seg.device != device) continue;
     st.segments[seg.address] = StartSegment{seg.total_size, seg.stream, seg.is_expandable};
     for (const auto& b : seg.blocks) {
-      if (b.live()) st.blocks[b.address] = StartBlock{b.size, seg.stream, b.stack_id};
+      // As a trace's alloc would give it: the request (the block's own size is the allocator's rounding).
+      if (b.live()) st.blocks[b.address] = StartBlock{b.requested_size, b.size, seg.stream, b.stack_id};
     }
   }
   if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size()) return st;
@@ -313,7 +314,7 @@ SnapshotStartState snapshot_start_state(const TorchSnapshot& snapshot, int devic
         st.segments[it->addr] = StartSegment{it->size, it->stream, it->action == Action::segment_unmap};
         break;
       case Action::alloc: st.blocks.erase(it->addr); break;
-      case Action::free_completed: st.blocks[it->addr] = StartBlock{it->size, it->stream, it->stack_id}; break;
+      case Action::free_completed: st.blocks[it->addr] = StartBlock{it->size, 0, it->stream, it->stack_id}; break;
       default: break;
     }
   }

@@ -37,11 +37,13 @@ SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t ca
   // The snapshot's segments are the end state; undo the trace, newest first, to get the start state.
   const SnapshotStartState start = snapshot_start_state(snapshot, device);
   for (const auto& [addr, seg] : start.segments) segments_[addr] = Segment{seg.size, seg.stream, 0, 0, true};
-  for (const auto& [addr, b] : start.blocks) blocks_[addr] = Block{b.size, b.stream, kNoSegment, b.stack_id};
+  for (const auto& [addr, b] : start.blocks) {
+    blocks_[addr] = Block{b.size, b.stream, kNoSegment, b.stack_id, b.block_size};
+  }
   for (const auto& [addr, seg] : segments_) reserved_ += seg.size;
   auto blocks = std::move(blocks_);
   blocks_.clear();
-  for (const auto& [addr, b] : blocks) take_block(addr, b.size, b.stream, b.stack_id);
+  for (const auto& [addr, b] : blocks) take_block(addr, b.size, b.stream, b.stack_id, b.block_bytes);
   // A trace may start with more reserved than the capacity replayed: the real run kept segments cached that a
   // smaller device would have released. PyTorch's allocator releases every cached segment that holds no live
   // block before it gives up (release_cached_blocks), so the start state does the same; only live blocks that
@@ -90,8 +92,9 @@ SimulatedDevice::Segment* SimulatedDevice::segment_of(std::uint64_t addr) {
   return addr < it->first + it->second.size ? &it->second : nullptr;
 }
 
-void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream, std::int32_t stack_id) {
-  Block b{size, stream, kNoSegment, stack_id};
+void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream, std::int32_t stack_id,
+                                 std::uint64_t block_size) {
+  Block b{size, stream, kNoSegment, stack_id, block_size != 0 ? block_size : block_bytes(size)};
   auto it = segments_.upper_bound(addr);
   if (it != segments_.begin() && addr < std::prev(it)->first + std::prev(it)->second.size) {
     --it;
@@ -102,7 +105,7 @@ void SimulatedDevice::take_block(std::uint64_t addr, std::uint64_t size, std::ui
     ++anomalies_.alloc_outside_segments;
   }
   blocks_[addr] = b;
-  allocated_ += block_bytes(size);
+  allocated_ += b.block_bytes;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
 }
 
@@ -116,7 +119,7 @@ void SimulatedDevice::drop_block(std::uint64_t addr) {
     seg->second.live_bytes -= it->second.size;
     --seg->second.live_blocks;
   }
-  allocated_ -= block_bytes(it->second.size);
+  allocated_ -= it->second.block_bytes;
   blocks_.erase(it);
 }
 
@@ -272,7 +275,7 @@ std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
   std::sort(missing.begin(), missing.end());
   for (auto addr : missing) {
     const Block& b = start_blocks_.at(addr);
-    take_block(addr, b.size, b.stream, b.stack_id);
+    take_block(addr, b.size, b.stream, b.stack_id, b.block_bytes);
     sink.event(Action::alloc, addr, b.size, b.stream, b.stack_id);
   }
   publish(sink);

@@ -26,6 +26,8 @@ struct OOMFLIGHT_API Archive {
   std::vector<std::string> strings;
   std::vector<BatchRow> batches;  ///< empty for archives written before 0.3.0
   std::vector<ContextRow> context;  ///< empty for archives written before 0.3.0
+  std::vector<StateSegmentRow> state_segments;  ///< the allocator state at the freeze, where a source gave it
+  std::vector<StateBlockRow> state_blocks;
 
   /// The row of `rank`, or nullptr when that rank is not present.
   const RankRow* rank_row(int rank) const;
@@ -35,6 +37,9 @@ struct OOMFLIGHT_API Archive {
   std::span<const BatchRow> batches_of(int rank) const;
   /// The context rows of one rank (environment, then metadata in the order set); strings via string().
   std::span<const ContextRow> context_of(int rank) const;
+  /// The allocator state of one rank at the freeze (empty when its source gave none: rebuild it from its events).
+  std::span<const StateSegmentRow> state_segments_of(int rank) const;
+  std::span<const StateBlockRow> state_blocks_of(int rank) const;
   /// The frames of a stack, innermost first; empty for kNoStack or an id out of range.
   std::vector<const FrameRow*> stack(std::int32_t stack_id) const;
   /// A string by id; "" when out of range.

@@ -38,6 +38,8 @@ inline constexpr const char* strings = "strings";            ///< StringRow: off
 inline constexpr const char* string_data = "string_data";    ///< uint8: UTF-8 bytes, not terminated
 inline constexpr const char* batches = "batches";            ///< BatchRow, by rank then batch (optional: 0.3.0 on)
 inline constexpr const char* context = "context";            ///< ContextRow, by rank (optional: 0.3.0 on)
+inline constexpr const char* state_segments = "state_segments";  ///< StateSegmentRow, by rank (optional)
+inline constexpr const char* state_blocks = "state_blocks";      ///< StateBlockRow, by rank (optional)
 }  // namespace dataset
 
 /// Why an archive was written: the root attribute `kind`. One dump path serves every kind.
@@ -145,6 +147,38 @@ struct ContextRow {
   std::int64_t batch = -1;
   std::uint32_t key = 0;
   std::uint32_t value = 0;
+};
+
+/// A block's state in the allocator state (/state_blocks), PyTorch's BlockInfo states
+/// (torch/cuda/memory.py `_snapshot`: "active_allocated", "active_pending_free", "inactive").
+enum class BlockState : std::uint8_t { active_allocated = 0, active_pending_free = 1, inactive = 2 };
+inline constexpr int kBlockStateCount = 3;
+
+/// One row of /state_segments: a segment of a rank's allocator state at the freeze, as the source gave it (an
+/// import: the snapshot's `segments`). Its blocks are the rank's /state_blocks rows inside [address, address +
+/// total_size), in address order. Rows are grouped by rank in the order of /ranks. Optional: an archive whose
+/// source gave no state has no rows for the rank (readers then rebuild the state from /events).
+struct StateSegmentRow {
+  std::int32_t rank = 0;
+  std::int32_t device = 0;
+  std::uint64_t address = 0;
+  std::uint64_t total_size = 0;       ///< bytes
+  std::uint64_t stream = 0;
+  std::uint8_t is_expandable = 0;
+  std::uint8_t reserved[7] = {};      ///< padding, not a member of the HDF5 type
+};
+
+/// One row of /state_blocks: a block of a rank's allocator state at the freeze, with PyTorch's sizes (`size` the
+/// block as the allocator rounded it, `requested_size` what was asked for) and the stack of its alloc (a global
+/// id, as in /events; -1 for none). Grouped by rank like /state_segments.
+struct StateBlockRow {
+  std::int32_t rank = 0;
+  std::int32_t stack_id = kNoStack;
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;             ///< bytes
+  std::uint64_t requested_size = 0;   ///< bytes
+  BlockState state = BlockState::inactive;
+  std::uint8_t reserved[7] = {};      ///< padding, not a member of the HDF5 type
 };
 
 /// Root attributes.

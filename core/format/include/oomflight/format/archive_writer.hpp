@@ -23,6 +23,10 @@ struct RankDump {
   const StackTableCopy* stacks = nullptr;  ///< required
   std::span<const BatchStats> batches;     ///< per-batch figures, oldest first (written as /batches rows)
   std::span<const ContextEntry> context;   ///< environment and metadata (/context rows; strings after the stacks')
+  /// The allocator's state at the freeze, when the source gave it (/state_segments, /state_blocks): stack ids are
+  /// this dump's own (`stacks`), `rank` fields are ignored (the row's rank is written).
+  std::span<const StateSegmentRow> state_segments;
+  std::span<const StateBlockRow> state_blocks;
 };
 
 /// How much write_archive() does to prove that a file reached the disk before it gets its name.

@@ -77,7 +77,8 @@ struct StartSegment {
   bool is_expandable = false;
 };
 struct StartBlock {
-  std::uint64_t size = 0;            ///< bytes as the snapshot gives them (a trace's alloc: the request)
+  std::uint64_t size = 0;            ///< bytes as a trace's alloc gives them: the request (requested_size)
+  std::uint64_t block_size = 0;      ///< the block as the allocator sized it, when the end state says; else 0
   std::uint64_t stream = 0;
   std::int32_t stack_id = kNoStack;  ///< the frames of its alloc (PyTorch records a free with them)
 };

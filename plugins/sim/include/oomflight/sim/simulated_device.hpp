@@ -100,6 +100,7 @@ class SimulatedDevice {
     std::uint64_t stream = 0;
     std::uint64_t segment = 0;  // segment address, or ~0 when outside every segment
     std::int32_t stack_id = kNoStack;
+    std::uint64_t block_bytes = 0;  // what it counts in allocated: the allocator's block size
   };
   // An allocation the device must serve: its bytes, the segment it needs, its stream and frames.
   struct Request {
@@ -113,7 +114,9 @@ class SimulatedDevice {
   std::optional<OutOfMemory> reserve(std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
                                      const Request& request, std::size_t index, EventSink& sink);
   void release_unused(EventSink& sink);
-  void take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream, std::int32_t stack_id);
+  /// `block_size`: the block as the allocator sized it, where the snapshot says (0: the request rounded up).
+  void take_block(std::uint64_t addr, std::uint64_t size, std::uint64_t stream, std::int32_t stack_id,
+                  std::uint64_t block_size = 0);
   void drop_block(std::uint64_t addr);
   OutOfMemory out_of_memory(const Request& request, std::size_t index, EventSink& sink);
   Request request_for_segment(std::size_t index) const;
