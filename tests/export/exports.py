@@ -311,6 +311,29 @@ class Exports(unittest.TestCase):
         self.assertEqual(pairs["allocator_settings.max_split_size"], "-1")
         self.assertEqual(pairs["imported_from"], str(path))
 
+    def test_a_trace_that_starts_over_the_capacity_releases_its_cache_and_replays_to_its_oom(self):
+        """The CNN trace with a 1 GiB segment that holds no live block (cached by the real run) at its start: 1.1 GiB
+        reserved at the start, a 100 MiB device. Replay used to refuse to start; PyTorch's allocator would release
+        the cached segment, and so does the replay, which then runs to the trace's own out-of-memory error."""
+        snap = load(self.snapshots[0])
+        top = max(s["address"] + s["total_size"] for s in snap["segments"])
+        cached = 1 << 30
+        snap["segments"].append({"device": 0, "address": top + (1 << 21), "total_size": cached, "allocated_size": 0,
+                                 "active_size": 0, "requested_size": 0, "stream": 0, "segment_type": "large",
+                                 "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                                 "blocks": [{"address": top + (1 << 21), "size": cached, "requested_size": 0,
+                                             "state": "inactive", "frames": []}]})
+        path = self.work / "cached-at-start.pickle"
+        with open(path, "wb") as f:
+            pickle.dump(snap, f, protocol=4)
+        work = self.work / "cached"
+        work.mkdir()
+        r = cli("replay", path, "--device-memory", "100MiB", cwd=work, ok=False)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)  # the job's OOM, not "cannot start" (2)
+        self.assertIn("released 1.00 GiB of cached segments at the trace's start to fit 100.00 MiB", r.stderr)
+        self.assertIn("torch.OutOfMemoryError: CUDA out of memory", r.stderr)
+        self.assertEqual(len(list(work.rglob("oom.0.h5"))), 1, r.stderr)
+
     def test_paced_replay_keeps_the_traces_own_times(self):
         """--pace serves each entry at its time_us offset: every recorded event of the step is at least as far from
         the step's start as its trace entry is from the trace's first (a sleep is never shorter; no upper bound is
