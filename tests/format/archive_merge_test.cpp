@@ -42,7 +42,8 @@ std::string write_rank_file(const std::filesystem::path& dir, int rank, const st
   h.world_size = 4;
   h.ranks_present = {rank};
   const auto path = (dir / fmt::format("oom.0.rank{}.h5", rank)).string();
-  write_archive(path, h, RankDump{row, events, &stacks});
+  write_archive(path, h, RankDump{.row = row, .events = events, .stacks = &stacks, .batches = {}, .context = {},
+                                   .state_segments = {}, .state_blocks = {}});
   return path;
 }
 

@@ -60,11 +60,17 @@ Fixture make_fixture() {
   return f;
 }
 
+// The fixture's one rank as the writer takes it (no batches, context or allocator state).
+RankDump dump_of(const Fixture& f) {
+  return RankDump{.row = f.row, .events = f.events, .stacks = &f.stacks, .batches = {}, .context = {},
+                  .state_segments = {}, .state_blocks = {}};
+}
+
 TEST(Archive, RoundTripsOneRank) {
   test::TempDir dir;
   const auto path = (dir.path() / "a.h5").string();
   const Fixture f = make_fixture();
-  write_archive(path, f.header, RankDump{f.row, f.events, &f.stacks});
+  write_archive(path, f.header, dump_of(f));
   const Archive a = read_archive(path);
   EXPECT_EQ(a.header.schema_version, 1);
   EXPECT_EQ(a.header.run_name, "unit");
@@ -105,7 +111,7 @@ TEST(Archive, ReaderErrorsNameTheProblem) {
   Fixture f = make_fixture();
   f.header.schema_version = 99;
   const auto newer = (dir.path() / "newer.h5").string();
-  write_archive(newer, f.header, RankDump{f.row, f.events, &f.stacks});
+  write_archive(newer, f.header, dump_of(f));
   EXPECT_NE(read_error(newer).find("schema 99"), std::string::npos);
 }
 
@@ -113,7 +119,7 @@ TEST(Archive, AFileWithoutTheCompleteMarkIsAnIncompleteArchive) {
   test::TempDir dir;
   const Fixture f = make_fixture();
   const auto path = (dir.path() / "a.h5").string();
-  write_archive(path, f.header, RankDump{f.row, f.events, &f.stacks});
+  write_archive(path, f.header, dump_of(f));
   EXPECT_FALSE(std::filesystem::exists(partial_archive_path(path)));  // renamed once verified
   {
     const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -130,7 +136,7 @@ TEST(Archive, AFileWithoutTheCompleteMarkIsAnIncompleteArchive) {
 TEST(Archive, UnwritablePathIsAnErrorNamingIt) {
   const Fixture f = make_fixture();
   try {
-    write_archive("/proc/oomflight/a.h5", f.header, RankDump{f.row, f.events, &f.stacks});
+    write_archive("/proc/oomflight/a.h5", f.header, dump_of(f));
     FAIL();
   } catch (const ArchiveError& e) {
     EXPECT_NE(std::string(e.what()).find("/proc/oomflight/a.h5"), std::string::npos);
@@ -151,7 +157,7 @@ TEST(Archive, AFileSizeLimitIsAWriteErrorNotADeath) {
     const rlimit limit{64 * 1024, 64 * 1024};
     if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(10);
     try {
-      write_archive(path, f.header, RankDump{f.row, f.events, &f.stacks});
+      write_archive(path, f.header, dump_of(f));
       _exit(11);  // written in spite of the limit
     } catch (const ArchiveError& e) {
       if (std::string(e.what()).find("may not write files over 65536 bytes (RLIMIT_FSIZE") == std::string::npos) {

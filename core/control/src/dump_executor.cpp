@@ -13,6 +13,15 @@
 #include "oomflight/version.h"
 
 namespace oomflight {
+namespace {
+// What a frozen history writes. The allocator state (state_segments, state_blocks) is not captured live yet: the
+// rows stay empty and readers rebuild the state from the events.
+RankDump dump_of(const RankRow& row, const FrozenHistory& h) {
+  return RankDump{.row = row, .events = h.ring.events, .stacks = &h.stacks, .batches = h.batches.rows,
+                  .context = h.context, .state_segments = {}, .state_blocks = {}};
+}
+}  // namespace
+
 
 RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const DumpRequest& request) const {
   RankRow row;
@@ -84,7 +93,7 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 
 void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
                                     FrozenHistory& h, MPI_Comm comm) const {
-  write_archive_collective(path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows, h.context}, comm,
+  write_archive_collective(path, header, dump_of(row, h), comm,
                            h.ring.events);
 }
 
@@ -92,7 +101,7 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
                                            std::int64_t batch, Durability durability) const {
   const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
   const TemplateValues values = template_values(kind, batch);
-  const RankDump dump{row, h.ring.events, &h.stacks, h.batches.rows, h.context};
+  const RankDump dump = dump_of(row, h);
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
@@ -126,7 +135,7 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   if (id_.world_size == 1) {
     try {
       r.path = archive_path(r.kind, batch);
-      write_archive(r.path, header, RankDump{row, h.ring.events, &h.stacks, h.batches.rows, h.context});
+      write_archive(r.path, header, dump_of(row, h));
       r.status = DumpResult::Status::archive;
       return r;
     } catch (const std::exception& e) {

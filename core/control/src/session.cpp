@@ -93,7 +93,9 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     request.kind = DumpKind::snapshot;
     const std::string path = executor_->archive_path(DumpKind::snapshot, window.first);
     write_archive(path, header,
-                  RankDump{executor_->rank_row(h, false, request), events, &h.stacks, h.batches.rows, h.context});
+                  RankDump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
+                           .batches = h.batches.rows, .context = h.context, .state_segments = {},
+                           .state_blocks = {}});
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
     prune_archives(path, identity_.run_name, config_);
   } catch (const std::exception& e) {

@@ -284,8 +284,10 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
   const RankRow row = executor_.rank_row(s.history, false, request);
   std::vector<Event> events = snapshot_events(s.history.ring.events, w.first, w.last);
   try {
-    write_archive_collective(path.data(), header, RankDump{row, events, &s.history.stacks, s.history.batches.rows,
-                                                  s.history.context},
+    write_archive_collective(path.data(), header, RankDump{.row = row, .events = events, .stacks = &s.history.stacks,
+                                                           .batches = s.history.batches.rows,
+                                                           .context = s.history.context, .state_segments = {},
+                                                           .state_blocks = {}},
                              snapshot_comm_, events);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
