@@ -1,6 +1,8 @@
 // The C API in one process (no mpirun: world size 1): versions, error codes, stacks, per-device gauges and dump
 // kinds, checked in the archives it writes.
 #include <gtest/gtest.h>
+
+#include <cstddef>
 #include "oomflight/format/archive_merge.hpp"
 #include <unistd.h>
 #include <iterator>
@@ -93,6 +95,57 @@ TEST_F(CApi, ArgumentsOutOfRangeAreEinvalNamingThem) {
   request.device = 64;
   EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
   EXPECT_TRUE(test::files_with_suffix(dir_.path(), ".h5").empty());  // nothing was dumped by a refused call
+}
+
+// A source that knows its allocator's state (PyTorch's segments) gives it with the request: it lands in the
+// archive as the rank's /state_segments and /state_blocks, stacks as interned; bad rows are refused by name.
+TEST_F(CApi, TheAllocatorStateGivenWithARequestReachesTheArchive) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  const oomflight_frame f[] = {{"forward", "model.py", 42}};
+  int32_t stack = -1;
+  ASSERT_EQ(oomflight_intern_stack(f, 1, &stack), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x10000, 1000, 0, stack), OOMFLIGHT_OK);
+  const oomflight_segment_state segments[] = {{0x10000, 2u << 20, 0, 0, 0}};
+  oomflight_block_state blocks[] = {{0x10000, 1024, 1000, stack, 0}, {0x10400, (2u << 20) - 1024, 0, -1, 2}};
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  request.segments = segments;
+  request.segment_count = 1;
+  request.blocks = blocks;
+  request.block_count = 2;
+  blocks[1].state = 3;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("blocks[1].state 3"), std::string::npos) << last_error();
+  blocks[1].state = 2;
+  blocks[0].stack_id = 99;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("blocks[0].stack_id 99 was not interned"), std::string::npos) << last_error();
+  blocks[0].stack_id = stack;
+  request.blocks = nullptr;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  request.blocks = blocks;
+  EXPECT_TRUE(test::files_with_suffix(dir_.path(), ".h5").empty());  // nothing was dumped by a refused call
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const Archive archive = read_archive(oomflight_last_dump_path());
+  const auto segs = archive.state_segments_of(0);
+  const auto rows = archive.state_blocks_of(0);
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_EQ(segs[0].total_size, 2u << 20);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].size, 1024u);
+  EXPECT_EQ(rows[0].requested_size, 1000u);
+  EXPECT_EQ(rows[0].state, BlockState::active_allocated);
+  ASSERT_EQ(archive.stack(rows[0].stack_id).size(), 1u);
+  EXPECT_EQ(archive.string(archive.stack(rows[0].stack_id)[0]->function), "forward");
+  EXPECT_EQ(rows[1].state, BlockState::inactive);
+  EXPECT_EQ(rows[1].stack_id, kNoStack);
+  // A caller built against the 1.0 header passes the shorter struct: accepted, and no state is read.
+  oomflight_dump_request old = OOMFLIGHT_DUMP_REQUEST_INIT;
+  old.kind = OOMFLIGHT_DUMP_SIGNAL;
+  old.struct_size = offsetof(oomflight_dump_request, segments);
+  old.segment_count = 5;  // beyond the struct the caller has: must not be read
+  ASSERT_EQ(oomflight_request_dump(&old, nullptr), OOMFLIGHT_OK) << last_error();
+  EXPECT_TRUE(read_archive(oomflight_last_dump_path()).state_segments.empty());
 }
 
 TEST_F(CApi, ASignalDumpCarriesItsKindBatchDeviceGaugesAndStacks) {

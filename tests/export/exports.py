@@ -205,6 +205,13 @@ class Exports(unittest.TestCase):
         with h5py.File(self.oom, "r") as f:
             row = [r for r in f["ranks"][...] if r["rank"] == 2][0]
             ev = f["events"][int(row["event_offset"]):int(row["event_offset"]) + int(row["event_count"])]
+        # The origin gave its allocator state with its request (the replay's model, as PyTorch's snapshot would):
+        # only rank 2 has state rows, and they add up to its row's reserved and allocated bytes.
+        with h5py.File(self.oom, "r") as f:
+            segs, blocks = f["state_segments"][...], f["state_blocks"][...]
+        self.assertEqual(set(segs["rank"].tolist()), {2})
+        self.assertEqual(int(segs["total_size"].sum()), int(row["reserved_bytes"]))
+        self.assertEqual(int(blocks["size"][blocks["state"] == 0].sum()), int(row["allocated_bytes"]))
         step_segments = ev[(ev["action"] == 3) & (ev["batch"] == 0)]
         self.assertGreater(len(step_segments), 100)
         self.assertEqual(int((step_segments["stack_id"] < 0).sum()), 0)

@@ -28,7 +28,9 @@ static_assert(tp::abi::kAlloc == OOMFLIGHT_ALLOC && tp::abi::kFreeRequested == O
 static_assert(tp::abi::kDumpOom == OOMFLIGHT_DUMP_OOM && tp::abi::kLogWarn == OOMFLIGHT_LOG_WARN);
 static_assert(sizeof(tp::abi::Memory) == sizeof(oomflight_memory) &&
               offsetof(tp::abi::Memory, device_free_bytes) == offsetof(oomflight_memory, device_free_bytes));
-static_assert(sizeof(tp::abi::DumpRequest) == sizeof(oomflight_dump_request) &&
+// The plugin passes the request as ABI 1.0 laid it out (no allocator state yet): the library accepts it by its
+// struct_size, and these tests drive that path.
+static_assert(sizeof(tp::abi::DumpRequest) == offsetof(oomflight_dump_request, segments) &&
               offsetof(tp::abi::DumpRequest, batch) == offsetof(oomflight_dump_request, batch) &&
               offsetof(tp::abi::DumpRequest, device) == offsetof(oomflight_dump_request, device));
 static_assert(sizeof(tp::abi::DumpResult) == sizeof(oomflight_dump_result));

@@ -57,7 +57,11 @@ static_assert(OOMFLIGHT_LOG_ERROR == static_cast<int>(LogLevel::error));
 static_assert(oomflight::kMaxDevices == 64, "oomflight_set_memory documents devices 0 .. 63");
 // The ABI: these layouts are frozen for OOMFLIGHT_ABI_VERSION 1 (x86-64 and aarch64 LP64).
 static_assert(sizeof(oomflight_memory) == 56 && offsetof(oomflight_memory, device_free_bytes) == 48);
-static_assert(sizeof(oomflight_dump_request) == 48 && offsetof(oomflight_dump_request, batch) == 40);
+// The dump request grows only at its end (struct_size says which fields a caller has): 48 bytes in ABI 1.0,
+// 80 with the allocator state.
+static_assert(offsetof(oomflight_dump_request, batch) == 40 && offsetof(oomflight_dump_request, segments) == 48);
+static_assert(sizeof(oomflight_dump_request) == 80);
+static_assert(sizeof(oomflight_segment_state) == 32 && sizeof(oomflight_block_state) == 32);
 static_assert(sizeof(oomflight_dump_result) == 32 && offsetof(oomflight_dump_result, seconds) == 24);
 static_assert(sizeof(oomflight_frame) == 24);
 
@@ -282,9 +286,60 @@ int oomflight_set_metadata(const char* key, const char* value) {
   });
 }
 
+namespace {
+// The allocator state given with a request, checked and copied into the archive's rows.
+int copy_state(const oomflight_dump_request& q, oomflight::AllocatorStateRows& out) {
+  constexpr std::uint64_t kMaxSegments = std::uint64_t{1} << 24, kMaxBlocks = std::uint64_t{1} << 26;
+  if ((q.segments == nullptr && q.segment_count > 0) || (q.blocks == nullptr && q.block_count > 0)) {
+    return fail(OOMFLIGHT_EINVAL, "oomflight_request_dump: segments or blocks is NULL with a count above 0");
+  }
+  if (q.segment_count > kMaxSegments || q.block_count > kMaxBlocks) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: {} segments and {} blocks exceed the limits ({}, {})",
+                 q.segment_count, q.block_count, kMaxSegments, kMaxBlocks);
+  }
+  const std::size_t stacks = g_session->recorder().stacks().size();
+  out.segments.reserve(q.segment_count);
+  for (std::uint64_t i = 0; i < q.segment_count; ++i) {
+    const oomflight_segment_state& s = q.segments[i];
+    if (s.device < 0 || s.device >= oomflight::kMaxDevices) {
+      return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: segments[{}].device {} is outside 0 .. {}", i, s.device,
+                   oomflight::kMaxDevices - 1);
+    }
+    oomflight::StateSegmentRow row;
+    row.device = s.device;
+    row.address = s.address;
+    row.total_size = s.total_size;
+    row.stream = s.stream;
+    row.is_expandable = s.is_expandable != 0 ? 1 : 0;
+    out.segments.push_back(row);
+  }
+  out.blocks.reserve(q.block_count);
+  for (std::uint64_t i = 0; i < q.block_count; ++i) {
+    const oomflight_block_state& b = q.blocks[i];
+    if (b.state < 0 || b.state >= oomflight::kBlockStateCount) {
+      return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: blocks[{}].state {} is not 0, 1 or 2", i, b.state);
+    }
+    if (b.stack_id != oomflight::kNoStack && (b.stack_id < 0 || static_cast<std::size_t>(b.stack_id) >= stacks)) {
+      return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: blocks[{}].stack_id {} was not interned ({} stacks)", i,
+                   b.stack_id, stacks);
+    }
+    oomflight::StateBlockRow row;
+    row.stack_id = b.stack_id;
+    row.address = b.address;
+    row.size = b.size;
+    row.requested_size = b.requested_size;
+    row.state = static_cast<oomflight::BlockState>(b.state);
+    out.blocks.push_back(row);
+  }
+  return OOMFLIGHT_OK;
+}
+}  // namespace
+
 int oomflight_request_dump(const struct oomflight_dump_request* request, struct oomflight_dump_result* result) {
   if (!g_session) return not_initialised("oomflight_request_dump");
-  if (request == nullptr || request->struct_size < sizeof(oomflight_dump_request)) {
+  // Callers built against an older header pass the struct without the state fields: read those only when given.
+  constexpr std::size_t kBaseSize = offsetof(oomflight_dump_request, segments);
+  if (request == nullptr || request->struct_size < kBaseSize) {
     return fail(OOMFLIGHT_EINVAL, "oomflight_request_dump: request is NULL or its struct_size is too small "
                                   "(initialise it with OOMFLIGHT_DUMP_REQUEST_INIT)");
   }
@@ -303,6 +358,9 @@ int oomflight_request_dump(const struct oomflight_dump_request* request, struct 
     r.device_free_bytes = request->device_free_bytes;
     r.device = request->device;
     r.batch = request->batch;
+    if (request->struct_size >= sizeof(oomflight_dump_request)) {
+      if (const int rc = copy_state(*request, r.state); rc != OOMFLIGHT_OK) return rc;
+    }
     return dump(r, result);
   });
 }

@@ -14,11 +14,14 @@
 
 namespace oomflight {
 namespace {
-// What a frozen history writes. The allocator state (state_segments, state_blocks) is not captured live yet: the
-// rows stay empty and readers rebuild the state from the events.
-RankDump dump_of(const RankRow& row, const FrozenHistory& h) {
+// What a frozen history writes, with the allocator state its source gave with the request (none: the rows stay
+// empty and readers rebuild the state from the events).
+RankDump dump_of(const RankRow& row, const FrozenHistory& h, const AllocatorStateRows* state) {
   return RankDump{.row = row, .events = h.ring.events, .stacks = &h.stacks, .batches = h.batches.rows,
-                  .context = h.context, .state_segments = {}, .state_blocks = {}};
+                  .context = h.context,
+                  .state_segments = state ? std::span<const StateSegmentRow>(state->segments)
+                                          : std::span<const StateSegmentRow>(),
+                  .state_blocks = state ? std::span<const StateBlockRow>(state->blocks) : std::span<const StateBlockRow>()};
 }
 }  // namespace
 
@@ -92,16 +95,17 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 }
 
 void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                                    FrozenHistory& h, MPI_Comm comm) const {
-  write_archive_collective(path, header, dump_of(row, h), comm,
+                                    FrozenHistory& h, MPI_Comm comm, const AllocatorStateRows* state) const {
+  write_archive_collective(path, header, dump_of(row, h, state), comm,
                            h.ring.events);
 }
 
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
-                                           std::int64_t batch, Durability durability) const {
+                                           std::int64_t batch, Durability durability,
+                                           const AllocatorStateRows* state) const {
   const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
   const TemplateValues values = template_values(kind, batch);
-  const RankDump dump = dump_of(row, h);
+  const RankDump dump = dump_of(row, h, state);
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
@@ -124,7 +128,7 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
 }
 
 DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
-                                           std::int64_t batch) const {
+                                           std::int64_t batch, const AllocatorStateRows* state) const {
   DumpResult r;
   r.kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
   r.origin_ranks.assign(header.origin_ranks.begin(), header.origin_ranks.end());
@@ -135,7 +139,7 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   if (id_.world_size == 1) {
     try {
       r.path = archive_path(r.kind, batch);
-      write_archive(r.path, header, dump_of(row, h));
+      write_archive(r.path, header, dump_of(row, h, state));
       r.status = DumpResult::Status::archive;
       return r;
     } catch (const std::exception& e) {
@@ -143,7 +147,7 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
     }
   }
   try {
-    r.path = write_rank_local(header, row, h, batch);
+    r.path = write_rank_local(header, row, h, batch, Durability::verified, state);
     r.status = DumpResult::Status::rank_local;
     r.error = archive_error;
   } catch (const std::exception& e) {

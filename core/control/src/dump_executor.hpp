@@ -41,8 +41,9 @@ class DumpExecutor {
   /// Writes `path` together with every rank of `comm` (see write_archive_collective). The stack ids of h's
   /// events are offset in place during the write and restored before it returns or throws. Throws
   /// ArchiveError, on every rank together.
+  /// `state`: this rank's allocator state as its source gave it with its request (nullptr or empty: none).
   void write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                        FrozenHistory& h, MPI_Comm comm) const;
+                        FrozenHistory& h, MPI_Comm comm, const AllocatorStateRows* state = nullptr) const;
 
   /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
   /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a
@@ -50,13 +51,14 @@ class DumpExecutor {
   /// (written before the archive, which replaces it) is only handed to the kernel; a file that is the result
   /// is verified (Durability).
   std::string write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
-                               std::int64_t batch, Durability durability = Durability::verified) const;
+                               std::int64_t batch, Durability durability = Durability::verified,
+                               const AllocatorStateRows* state = nullptr) const;
 
   /// The archive of a job of one rank, written with POSIX I/O under OOMFLIGHT_FILENAME; when that fails, the
   /// rank-local file (with its fallback folder). Never throws: the outcome is in the result (status archive,
   /// rank_local or failed, with the error).
   DumpResult write_single_rank(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
-                               std::int64_t batch) const;
+                               std::int64_t batch, const AllocatorStateRows* state = nullptr) const;
 
  private:
   std::string prepare_path(const FilenameTemplate& folder, const FilenameTemplate& name,

@@ -126,7 +126,8 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   }
   const ArchiveHeader header =
       executor_->header(request.kind, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
-  DumpResult r = executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch);
+  DumpResult r =
+      executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch, &request.state);
   r.seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
   const std::string summary =
       dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes);

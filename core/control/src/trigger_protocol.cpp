@@ -404,7 +404,8 @@ std::string TriggerProtocol::write_safety_copy(const FrozenHistory& h, bool is_o
   try {
     const std::string path =
         executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch,
-                                   Durability::handed_to_kernel);  // the verified archive replaces it
+                                   Durability::handed_to_kernel,  // the verified archive replaces it
+                                   &request.state);
     log().debug("safety copy of this rank's history: {}", path);
     return path;
   } catch (const std::exception& e) {
@@ -473,7 +474,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   const ArchiveHeader header = executor_.header(kind, reason, origins, present);
   const RankRow row = executor_.rank_row(h, is_origin, request);
   try {
-    executor_.write_collective(path, header, row, h, comm_);
+    executor_.write_collective(path, header, row, h, comm_, &request.state);
   } catch (const std::exception& e) {
     return fall_back(h, is_origin, request, start_ns, e.what(), origins);  // every rank throws together
   }
@@ -511,7 +512,7 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
   r.error = why;
   try {
     if (safety_path_.empty()) {
-      r.path = executor_.write_rank_local(header, row, h, batch);
+      r.path = executor_.write_rank_local(header, row, h, batch, Durability::verified, &request.state);
     } else {
       sync_file(safety_path_);  // the safety copy is the result now: make it as durable as an archive
       r.path = safety_path_;

@@ -171,12 +171,21 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       const std::uint64_t end = s.address + std::min(s.total_size, ~s.address);
       auto b = std::lower_bound(blocks.begin(), blocks.end(), s.address,
                                 [](const StateBlockRow& x, std::uint64_t addr) { return x.address < addr; });
+      // A source may give live blocks only (the replay does): gaps become inactive blocks so that blocks tile
+      // the segment, and a block that overlaps the one before it or runs past the segment's end is cut.
+      std::uint64_t at = s.address;
       for (; b != blocks.end() && b->address < end; ++b) {
+        if (b->address < at) continue;
+        if (b->address > at) out.blocks.push_back(SnapshotBlock{at, b->address - at, 0, "inactive", kNoStack});
         const auto state = static_cast<std::size_t>(b->state) < std::size(kStates) ? kStates[static_cast<int>(b->state)]
                                                                                    : "inactive";
-        out.blocks.push_back(SnapshotBlock{b->address, b->size, b->requested_size, state, b->stack_id});
-        out.allocated_size += b->state == BlockState::active_allocated ? b->size : 0;
+        const std::uint64_t size = std::min(b->size, end - b->address);
+        if (size == 0) continue;
+        out.blocks.push_back(SnapshotBlock{b->address, size, b->requested_size, state, b->stack_id});
+        out.allocated_size += b->state == BlockState::active_allocated ? size : 0;
+        at = b->address + size;
       }
+      if (at < end) out.blocks.push_back(SnapshotBlock{at, end - at, 0, "inactive", kNoStack});
       snap.segments.push_back(std::move(out));
     }
   }

@@ -41,6 +41,11 @@ class CApiSink final : public EventSink {
     m.device_free_bytes = s.device_free_bytes;
     oomflight_set_memory(device_, &m);
   }
+  /// The C API's stack id for a decoder stack id (-1 for none or unknown).
+  std::int32_t stack_id(std::int32_t decoder_id) const {
+    const bool known = decoder_id >= 0 && static_cast<std::size_t>(decoder_id) < stack_ids_.size();
+    return known ? stack_ids_[static_cast<std::size_t>(decoder_id)] : -1;
+  }
 
  private:
   std::vector<std::int32_t> stack_ids_;
@@ -177,6 +182,18 @@ int run_replay_job(const ReplayOptions& o) {
       request.requested_bytes = oom->requested_bytes;
       request.device_free_bytes = oom->device_free_bytes;
       request.device = device_id;
+      // The allocator's state at the failure, as PyTorch's snapshot would give it, goes with the request.
+      const SimulatedDevice::State state = device->state();
+      std::vector<oomflight_segment_state> segments;
+      for (const auto& seg : state.segments) segments.push_back({seg.address, seg.size, seg.stream, device_id, 0});
+      std::vector<oomflight_block_state> blocks;
+      for (const auto& b : state.blocks) {
+        blocks.push_back({b.address, b.block_bytes, b.requested, sink->stack_id(b.stack_id), b.pending_free ? 1 : 0});
+      }
+      request.segments = segments.data();
+      request.segment_count = segments.size();
+      request.blocks = blocks.data();
+      request.block_count = blocks.size();
       oomflight_request_dump(&request, nullptr);
     }
     // The job's own error, last, as Python prints an uncaught exception; the archive is closed by now.

@@ -227,7 +227,11 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
       case Action::oom:
         // The real run failed here: one oom event, with the model's figures, as for any other failure.
         return out_of_memory(Request{e.size, e.size, e.stream, e.stack_id}, i, sink);
-      default:  // free_requested, snapshot: recorded as they are
+      case Action::free_requested:
+        if (auto it = blocks_.find(e.addr); it != blocks_.end()) it->second.pending_free = true;
+        sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
+        break;
+      default:  // snapshot: recorded as it is
         sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
         break;
     }
@@ -280,6 +284,21 @@ std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
   }
   publish(sink);
   return std::nullopt;
+}
+
+SimulatedDevice::State SimulatedDevice::state() const {
+  State st;
+  for (const auto& [addr, seg] : segments_) {
+    if (seg.reserved) st.segments.push_back(State::Segment{addr, seg.size, seg.stream});
+  }
+  for (const auto& [addr, b] : blocks_) {
+    const auto seg = segments_.find(b.segment);
+    if (seg == segments_.end() || !seg->second.reserved) continue;  // outside every reserved segment: no state
+    st.blocks.push_back(State::Block{addr, b.size, b.block_bytes, b.stack_id, b.pending_free});
+  }
+  std::sort(st.blocks.begin(), st.blocks.end(),
+            [](const State::Block& x, const State::Block& y) { return x.address < y.address; });
+  return st;
 }
 
 MemoryStats SimulatedDevice::stats() const {

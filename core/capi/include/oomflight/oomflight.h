@@ -129,6 +129,25 @@ struct oomflight_memory {
 #define OOMFLIGHT_MEMORY_INIT {sizeof(struct oomflight_memory), 0, 0, 0, 0, 0, 0, 0}
 
 /** A request for a dump. */
+/** One segment of the allocator's state (PyTorch's SegmentInfo, torch/cuda/memory.py `_snapshot`). Bytes. */
+struct oomflight_segment_state {
+  uint64_t address;
+  uint64_t total_size;
+  uint64_t stream;
+  int32_t device;         /**< 0 .. 63 */
+  int32_t is_expandable;  /**< 0 or 1 */
+};
+
+/** One block of the allocator's state (PyTorch's BlockInfo). Bytes: `size` as the allocator sized the block,
+ *  `requested_size` what was asked for. */
+struct oomflight_block_state {
+  uint64_t address;
+  uint64_t size;
+  uint64_t requested_size;
+  int32_t stack_id;  /**< from oomflight_intern_stack: the frames of the block's alloc; -1 for none */
+  int32_t state;     /**< 0 active_allocated, 1 active_pending_free, 2 inactive */
+};
+
 struct oomflight_dump_request {
   uint32_t struct_size;        /**< sizeof(struct oomflight_dump_request): use OOMFLIGHT_DUMP_REQUEST_INIT */
   int32_t kind;                /**< enum oomflight_dump_kind */
@@ -138,8 +157,17 @@ struct oomflight_dump_request {
   int32_t device;              /**< the device concerned; -1: the device that last published gauges */
   int32_t reserved0;           /**< zero */
   int64_t batch;               /**< the batch concerned; -1: the current batch */
+  /* Since 0.3: the requesting rank's allocator state now (the source's own: PyTorch's segments), written into the
+   * archive as that rank's /state_segments and /state_blocks. Copied. Optional: NULL and 0 when the source has
+   * none (the state is then rebuilt from the history). A caller compiled against an older header passes a
+   * smaller struct_size, and these fields are not read. */
+  const struct oomflight_segment_state* segments;
+  uint64_t segment_count;      /**< at most 2^24 */
+  const struct oomflight_block_state* blocks;
+  uint64_t block_count;        /**< at most 2^26 */
 };
-#define OOMFLIGHT_DUMP_REQUEST_INIT {sizeof(struct oomflight_dump_request), OOMFLIGHT_DUMP_OOM, NULL, 0, 0, -1, 0, -1}
+#define OOMFLIGHT_DUMP_REQUEST_INIT \
+  {sizeof(struct oomflight_dump_request), OOMFLIGHT_DUMP_OOM, NULL, 0, 0, -1, 0, -1, NULL, 0, NULL, 0}
 
 /** The outcome of a dump; the written path is oomflight_last_dump_path(). */
 struct oomflight_dump_result {
@@ -228,8 +256,10 @@ OOMFLIGHT_API int oomflight_set_metadata(const char* key, const char* value);
  *  oomflight_record first (or calls oomflight_trigger_oom). `result` may be NULL; it is filled only when its
  *  struct_size is at least sizeof(struct oomflight_dump_result) (use OOMFLIGHT_DUMP_RESULT_INIT), else left as is.
  *  Returns OOMFLIGHT_OK when an archive was written, OOMFLIGHT_EDUMP otherwise (result->status says what was
- *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, request->struct_size below this header's
- *  sizeof, kind out of range, device outside -1 .. 63), OOMFLIGHT_ENOMEM (no host memory for the dump),
+ *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, request->struct_size below the 0.2 request's
+ *  48 bytes, kind out of range, device outside -1 .. 63; an allocator state with a NULL array, more rows than its
+ *  limits, a segment's device outside 0 .. 63, a block's state outside 0 .. 2 or a stack id not interned: the
+ *  message names the row), OOMFLIGHT_ENOMEM (no host memory for the dump),
  *  OOMFLIGHT_EINTERNAL or OOMFLIGHT_ESTATE. The path written is oomflight_last_dump_path(). Blocks the calling
  *  thread; never throws. */
 OOMFLIGHT_API int oomflight_request_dump(const struct oomflight_dump_request* request,

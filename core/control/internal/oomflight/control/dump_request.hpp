@@ -10,6 +10,12 @@
 
 namespace oomflight {
 
+/// A rank's allocator state as its source gave it with a request (stack ids: the recorder's own).
+struct AllocatorStateRows {
+  std::vector<StateSegmentRow> segments;
+  std::vector<StateBlockRow> blocks;
+};
+
 /// One request for a dump, whatever its kind. Bytes.
 struct DumpRequest {
   DumpKind kind = DumpKind::oom;
@@ -18,6 +24,7 @@ struct DumpRequest {
   std::uint64_t device_free_bytes = 0;  ///< free device memory as the allocator saw it; 0 when unknown
   int device = -1;                      ///< the device concerned; -1: the recorder's current device
   std::int64_t batch = -1;              ///< the batch concerned; -1: the recorder's current batch
+  AllocatorStateRows state;             ///< the requesting rank's allocator state now; empty when not given
 };
 
 /// The outcome of a dump, as the rank that asked for it sees it.

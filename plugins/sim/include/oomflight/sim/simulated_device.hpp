@@ -76,6 +76,22 @@ class SimulatedDevice {
   /// 512 bytes, as the caching allocator rounds it); reserved counts segments. Events keep the requested bytes.
   MemoryStats stats() const;
 
+  /// The allocator's state now, as PyTorch's snapshot would give it: every reserved segment, and every live block
+  /// inside one (its request, its block size, whether a free was requested, the decoder's stack id). By address.
+  struct State {
+    struct Segment {
+      std::uint64_t address, size, stream;
+    };
+    struct Block {
+      std::uint64_t address, requested, block_bytes;
+      std::int32_t stack_id;
+      bool pending_free;
+    };
+    std::vector<Segment> segments;
+    std::vector<Block> blocks;
+  };
+  State state() const;
+
   /// Called by replay() with each trace entry's time_us (entries without one are not paced) before the entry is
   /// served: a pacer that sleeps until that time keeps the trace's own timing (`oomflight replay --pace`).
   void set_pacer(std::function<void(std::int64_t time_us)> pacer) { pacer_ = std::move(pacer); }
@@ -101,6 +117,7 @@ class SimulatedDevice {
     std::uint64_t segment = 0;  // segment address, or ~0 when outside every segment
     std::int32_t stack_id = kNoStack;
     std::uint64_t block_bytes = 0;  // what it counts in allocated: the allocator's block size
+    bool pending_free = false;      // free_requested seen, free_completed not yet
   };
   // An allocation the device must serve: its bytes, the segment it needs, its stream and frames.
   struct Request {
