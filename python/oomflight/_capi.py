@@ -94,6 +94,8 @@ class Memory(ctypes.Structure):
 
 
 class DumpRequest(ctypes.Structure):
+    # The 0.2 layout (48 bytes): the library reads the allocator-state fields of 0.3 only from callers whose
+    # struct_size includes them, and Python jobs have no allocator state to give (PyTorch's is the plugin's).
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("kind", ctypes.c_int32),
