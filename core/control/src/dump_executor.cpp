@@ -95,9 +95,9 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 }
 
 void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                                    FrozenHistory& h, MPI_Comm comm, const AllocatorStateRows* state) const {
-  write_archive_collective(path, header, dump_of(row, h, state), comm,
-                           h.ring.events);
+                                    const FrozenHistory& h, MPI_Comm comm, const CollectiveWait& wait,
+                                    const AllocatorStateRows* state) const {
+  write_archive_collective(path, header, dump_of(row, h, state), comm, wait);
 }
 
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,

@@ -15,6 +15,7 @@
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/format/archive_schema.hpp"
 #include "oomflight/format/archive_writer.hpp"
+#include "oomflight/format/collective_writer.hpp"
 #include "oomflight/record/recorder.hpp"
 
 namespace oomflight {
@@ -38,12 +39,13 @@ class DumpExecutor {
   /// Throws std::runtime_error naming the folder when it cannot be created.
   std::string archive_path(DumpKind kind, std::int64_t batch) const;
 
-  /// Writes `path` together with every rank of `comm` (see write_archive_collective). The stack ids of h's
-  /// events are offset in place during the write and restored before it returns or throws. Throws
-  /// ArchiveError, on every rank together.
-  /// `state`: this rank's allocator state as its source gave it with its request (nullptr or empty: none).
+  /// Writes `path` together with every rank of `comm` (see write_archive_collective), each step between the
+  /// ranks waited for with `wait`. Throws ArchiveError on every rank together, CollectiveTimeout when `wait`
+  /// gave up. `state`: this rank's allocator state as its source gave it with its request (nullptr or empty:
+  /// none).
   void write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                        FrozenHistory& h, MPI_Comm comm, const AllocatorStateRows* state = nullptr) const;
+                        const FrozenHistory& h, MPI_Comm comm, const CollectiveWait& wait,
+                        const AllocatorStateRows* state = nullptr) const;
 
   /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
   /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a

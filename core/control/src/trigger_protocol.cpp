@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <memory>
 #include <fmt/format.h>
 
 #include "dump_signal.hpp"
@@ -288,7 +289,7 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
                                                            .batches = s.history.batches.rows,
                                                            .context = s.history.context, .state_segments = {},
                                                            .state_blocks = {}},
-                             snapshot_comm_, events);
+                             snapshot_comm_);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
     return;
@@ -427,11 +428,24 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   mine.device = h.device;
   mine.kind = static_cast<std::int32_t>(request.kind);
   set_fixed_string(mine.reason, request.reason);
-  std::vector<Vote> votes(static_cast<std::size_t>(size));
+  // A collective given up on may still complete later (a stalled rank resumes) and write into its buffers: they
+  // live on the heap and are leaked when the deadline passes.
+  struct Buffers {
+    Vote mine;
+    std::vector<Vote> votes;
+    char path[4096] = {};
+  };
+  auto buffers = std::make_unique<Buffers>();
+  buffers->mine = mine;
+  buffers->votes.resize(static_cast<std::size_t>(size));
+  const std::vector<Vote>& votes = buffers->votes;
+  char* const path = buffers->path;
   MPI_Request pending;
-  MPI_Iallgather(&mine, sizeof(Vote), MPI_BYTE, votes.data(), sizeof(Vote), MPI_BYTE, comm_, &pending);
+  MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
+                 &pending);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
   if (!wait_for(pending, deadline_ns)) {
+    buffers.release();  // NOLINT: deliberately leaked, see above
     broken_ = true;
     return fall_back(h, is_origin, request, start_ns,
                      fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text));
@@ -450,16 +464,16 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   const auto kind = lowest.kind >= 0 && lowest.kind < kDumpKindCount ? static_cast<DumpKind>(lowest.kind)
                                                                       : DumpKind::oom;
 
-  char path[4096] = {};
   if (id_.rank == lowest.rank) {
     try {
-      set_fixed_string(path, executor_.archive_path(kind, batch));
+      set_fixed_string(buffers->path, executor_.archive_path(kind, batch));
     } catch (const std::exception& e) {
       log().error("{}", e.what());  // an empty path tells every rank to fall back
     }
   }
-  MPI_Ibcast(path, sizeof(path), MPI_CHAR, lowest.rank, comm_, &pending);
+  MPI_Ibcast(path, sizeof(Buffers::path), MPI_CHAR, lowest.rank, comm_, &pending);
   if (!wait_for(pending, deadline_ns)) {
+    buffers.release();  // NOLINT: deliberately leaked, see above
     broken_ = true;
     return fall_back(h, is_origin, request, start_ns,
                      fmt::format("the archive's path did not reach every rank within {}", timeout_text));
@@ -474,7 +488,12 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   const ArchiveHeader header = executor_.header(kind, reason, origins, present);
   const RankRow row = executor_.rank_row(h, is_origin, request);
   try {
-    executor_.write_collective(path, header, row, h, comm_, &request.state);
+    executor_.write_collective(path, header, row, h, comm_,
+                               [&](MPI_Request& step) { return wait_for(step, deadline_ns); }, &request.state);
+  } catch (const CollectiveTimeout& e) {
+    broken_ = true;  // a collective stays pending on comm_
+    return fall_back(h, is_origin, request, start_ns,
+                     fmt::format("{} (OOMFLIGHT_DUMP_TIMEOUT, {})", e.what(), timeout_text), origins);
   } catch (const std::exception& e) {
     return fall_back(h, is_origin, request, start_ns, e.what(), origins);  // every rank throws together
   }
