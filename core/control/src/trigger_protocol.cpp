@@ -3,10 +3,12 @@
 //   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks run two non-blocking
 //      collectives under one deadline: an allgather of votes (am I an origin, my kind, batch and request) and a
 //      broadcast of the archive path from the lowest origin.
-//   Before step 2, every rank writes its frozen history to its rank-local file (the safety copy): from then on
-//   nothing another rank does (a stall, a crash, a full disk under the archive) can lose it.
-//   3. All ranks write the archive collectively (the DumpExecutor) under a partial name, verify it and rename it;
-//      then each rank removes its safety copy. If a collective does not complete by the deadline, the
+//   Right after posting its vote (a non-blocking collective, which cannot block), before waiting on anything,
+//   every rank writes its frozen history to its rank-local file (the safety copy): from then on nothing another
+//   rank does (a stall, a crash, a full disk under the archive) can lose it.
+//   3. All ranks write the archive together (the DumpExecutor): rank 0 lays the file out, each rank writes its
+//      rows, rank 0 marks it complete and renames it; then each rank removes its safety copy. Every step between
+//      the ranks is a non-blocking collective under the same deadline. If one does not complete by it, the
 //      communicator is abandoned and the safety copies are the result; ranks then tell the origins they are done,
 //      so that an origin does not let its error end the job before the others wrote.
 //   The origin prints its reason to stderr before step 1, so that a teardown during the dump cannot hide it.
@@ -368,13 +370,13 @@ void TriggerProtocol::run_dump() {
     active_is_origin_ = is_origin;
   }
   if (is_origin && !broken_) send_triggers(h.batch, request.kind);
-  safety_path_ = write_safety_copy(h, is_origin, request);
-  {
-    std::lock_guard lock(mutex_);
-    safety_path_shared_ = safety_path_;  // for a shutdown() that has to leave this dump behind
+  DumpResult result;
+  if (broken_) {
+    keep_safety_copy(h, is_origin, request);
+    result = fall_back(h, is_origin, request, start, "an earlier dump left the ranks out of step");
+  } else {
+    result = agree_and_write(h, is_origin, request, start + to_ns(config_.dump_timeout), start);
   }
-  DumpResult result = broken_ ? fall_back(h, is_origin, request, start, "an earlier dump left the ranks out of step")
-                              : agree_and_write(h, is_origin, request, start + to_ns(config_.dump_timeout), start);
   if (result.status == DumpResult::Status::archive && !safety_path_.empty() && !config_.keep_rank_files) {
     std::error_code ec;
     std::filesystem::remove(safety_path_, ec);  // the archive holds it now, verified
@@ -400,20 +402,21 @@ TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, b
   return v;
 }
 
-std::string TriggerProtocol::write_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request) {
+void TriggerProtocol::keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request) {
   const LocalView v = local_view(h, is_origin, request);
+  std::string path;
   try {
-    const std::string path =
-        executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch,
-                                   Durability::handed_to_kernel,  // the verified archive replaces it
-                                   &request.state);
+    path = executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch,
+                                      Durability::handed_to_kernel,  // the verified archive replaces it
+                                      &request.state);
     log().debug("safety copy of this rank's history: {}", path);
-    return path;
   } catch (const std::exception& e) {
     // The history is still in memory: the archive may yet hold it. Say so now, in case it does not.
     log().error("cannot write this rank's rank-local file before the archive: {}", e.what());
-    return {};
   }
+  safety_path_ = path;
+  std::lock_guard lock(mutex_);
+  safety_path_shared_ = path;  // for a shutdown() that has to leave this dump behind
 }
 
 DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request,
@@ -443,6 +446,9 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   MPI_Request pending;
   MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
                  &pending);
+  // The safety copy is written while the votes travel: posting a collective cannot block, so the copy is still
+  // on disk before anything another rank does can hold this rank up.
+  keep_safety_copy(h, is_origin, request);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
   if (!wait_for(pending, deadline_ns)) {
     buffers.release();  // NOLINT: deliberately leaked, see above

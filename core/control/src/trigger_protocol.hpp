@@ -78,7 +78,7 @@ class TriggerProtocol {
   // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of `kind` (the watcher, mutex_
   // held). A dump already asked for or under way covers it.
   void queue_signal_dump(DumpKind kind, const char* reason);
-  std::string write_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
+  void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   void watch();
   void watch_until_stopped();
   bool poll_trigger_message();
@@ -117,7 +117,7 @@ class TriggerProtocol {
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
-  std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
+  std::string safety_path_;              // this dump's rank-local file, written before waiting on any collective (watcher)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};
