@@ -94,10 +94,14 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
   return prepare_path(config_.folder, config_.filename, template_values(kind, batch));
 }
 
-void DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                                    const FrozenHistory& h, MPI_Comm comm, const CollectiveWait& wait,
-                                    const AllocatorStateRows* state) const {
-  write_archive_collective(path, header, dump_of(row, h, state), comm, wait);
+std::string DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
+                                           const FrozenHistory& h, MPI_Comm comm, const CollectiveArchive& how,
+                                           const AllocatorStateRows* state) const {
+  return write_archive_collective(path, header, dump_of(row, h, state), comm, how);
+}
+
+ArchiveRowCounts DumpExecutor::row_counts(const FrozenHistory& h, const AllocatorStateRows* state) {
+  return archive_row_counts(dump_of(RankRow{}, h, state));
 }
 
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,

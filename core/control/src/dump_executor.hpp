@@ -39,13 +39,16 @@ class DumpExecutor {
   /// Throws std::runtime_error naming the folder when it cannot be created.
   std::string archive_path(DumpKind kind, std::int64_t batch) const;
 
-  /// Writes `path` together with every rank of `comm` (see write_archive_collective), each step between the
-  /// ranks waited for with `wait`. Throws ArchiveError on every rank together, CollectiveTimeout when `wait`
-  /// gave up. `state`: this rank's allocator state as its source gave it with its request (nullptr or empty:
-  /// none).
-  void write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                        const FrozenHistory& h, MPI_Comm comm, const CollectiveWait& wait,
-                        const AllocatorStateRows* state = nullptr) const;
+  /// Writes one archive together with every rank of `comm` (see write_archive_collective: `path` counts on
+  /// how.root only) and returns its path. Throws ArchiveError on every rank together, CollectiveTimeout when
+  /// how.wait gave up. `state`: this rank's allocator state as its source gave it with its request (nullptr or
+  /// empty: none).
+  std::string write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
+                               const FrozenHistory& h, MPI_Comm comm, const CollectiveArchive& how,
+                               const AllocatorStateRows* state = nullptr) const;
+
+  /// The rows this rank's history adds to an archive (what write_collective() writes), for the votes.
+  static ArchiveRowCounts row_counts(const FrozenHistory& h, const AllocatorStateRows* state);
 
   /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
   /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a

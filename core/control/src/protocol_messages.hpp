@@ -3,7 +3,10 @@
 // docs/protocol.md describes the exchange.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <iterator>
 
 namespace oomflight::protocol {
 
@@ -34,9 +37,20 @@ struct Vote {
   std::int32_t kind = 0;     ///< DumpKind
   /// NUL-padded, cut at 735 bytes (the origin prints its whole reason itself). PyTorch's OOM message, with its
   /// PYTORCH_CUDA_ALLOC_CONF advice, runs to about 600 bytes; 224 cut it mid-sentence. Every rank gathers every
-  /// vote: 776 bytes a rank (0.4 MB per rank at 512 ranks, once per dump).
+  /// vote: 864 bytes a rank (0.44 MB per rank at 512 ranks, once per dump).
   char reason[736] = {};
+  /// Its archive_row_counts(): with every rank's, each rank knows where its rows go without one more collective.
+  std::uint64_t row_counts[11] = {};
+
+  void row_counts_from(const std::array<std::uint64_t, 11>& counts) {
+    std::copy(counts.begin(), counts.end(), row_counts);
+  }
+  std::array<std::uint64_t, 11> row_counts_as_array() const {
+    std::array<std::uint64_t, 11> counts{};
+    std::copy(std::begin(row_counts), std::end(row_counts), counts.begin());
+    return counts;
+  }
 };
-static_assert(sizeof(Vote) == 776);
+static_assert(sizeof(Vote) == 864);
 
 }  // namespace oomflight::protocol

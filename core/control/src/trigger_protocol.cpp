@@ -260,21 +260,14 @@ std::vector<Event> TriggerProtocol::take_spare_events() {
 void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
   const std::int64_t start = monotonic_ns();
   const SnapshotWindow& w = s.window;
-  // The first rank names the archive (folder created, a unique name chosen) and tells the others.
-  std::array<char, 4096> path{};
+  // The first rank names the archive (folder created, a unique name chosen); the path travels with its layout.
+  std::string name;
   if (id_.rank == 0) {
     try {
-      const std::string p = executor_.archive_path(DumpKind::snapshot, w.first);
-      if (p.size() < path.size()) std::memcpy(path.data(), p.c_str(), p.size() + 1);
+      name = executor_.archive_path(DumpKind::snapshot, w.first);
     } catch (const std::exception& e) {
       log().error("snapshot of batches {} to {}: {}", w.first, w.last, e.what());
     }
-  }
-  MPI_Bcast(path.data(), static_cast<int>(path.size()), MPI_CHAR, 0, snapshot_comm_);
-  if (path[0] == '\0') {
-    log().error("snapshot of batches {} to {} not written: the first rank could not name its archive", w.first,
-                w.last);
-    return;
   }
   std::vector<std::int32_t> present(static_cast<std::size_t>(id_.world_size));
   for (int r = 0; r < id_.world_size; ++r) present[static_cast<std::size_t>(r)] = r;
@@ -286,20 +279,21 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
   request.kind = DumpKind::snapshot;
   const RankRow row = executor_.rank_row(s.history, false, request);
   std::vector<Event> events = snapshot_events(s.history.ring.events, w.first, w.last);
+  std::string written;
   try {
-    write_archive_collective(path.data(), header, RankDump{.row = row, .events = events, .stacks = &s.history.stacks,
-                                                           .batches = s.history.batches.rows,
-                                                           .context = s.history.context, .state_segments = {},
-                                                           .state_blocks = {}},
-                             snapshot_comm_);
+    written = write_archive_collective(name, header,
+                                       RankDump{.row = row, .events = events, .stacks = &s.history.stacks,
+                                                .batches = s.history.batches.rows, .context = s.history.context,
+                                                .state_segments = {}, .state_blocks = {}},
+                                       snapshot_comm_);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
     return;
   }
   if (id_.rank == 0) {
-    log().info("snapshot of batches {} to {}: archive {} written by {} {} in {}", w.first, w.last, path.data(),
+    log().info("snapshot of batches {} to {}: archive {} written by {} {} in {}", w.first, w.last, written,
                id_.world_size, id_.world_size == 1 ? "rank" : "ranks", format_seconds(seconds_since(start)));
-    prune_archives(path.data(), id_.run_name, config_);
+    prune_archives(written, id_.run_name, config_);
   }
 }
 
@@ -431,18 +425,17 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   mine.device = h.device;
   mine.kind = static_cast<std::int32_t>(request.kind);
   set_fixed_string(mine.reason, request.reason);
+  mine.row_counts_from(DumpExecutor::row_counts(h, &request.state));
   // A collective given up on may still complete later (a stalled rank resumes) and write into its buffers: they
   // live on the heap and are leaked when the deadline passes.
   struct Buffers {
     Vote mine;
     std::vector<Vote> votes;
-    char path[4096] = {};
   };
   auto buffers = std::make_unique<Buffers>();
   buffers->mine = mine;
   buffers->votes.resize(static_cast<std::size_t>(size));
   const std::vector<Vote>& votes = buffers->votes;
-  char* const path = buffers->path;
   MPI_Request pending;
   MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
                  &pending);
@@ -459,7 +452,9 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   log().debug("votes of {} ranks in {}", size, format_seconds(seconds_since(start_ns)));
   std::vector<std::int32_t> origins;
   std::string reason;
+  std::vector<ArchiveRowCounts> row_counts(static_cast<std::size_t>(size));
   for (const auto& v : votes) {
+    if (v.rank >= 0 && v.rank < size) row_counts[static_cast<std::size_t>(v.rank)] = v.row_counts_as_array();
     if (!v.is_origin) continue;
     origins.push_back(v.rank);
     reason += fmt::format("{}rank {}: {}", reason.empty() ? "" : "\n", v.rank, fixed_string(v.reason));
@@ -470,32 +465,27 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   const auto kind = lowest.kind >= 0 && lowest.kind < kDumpKindCount ? static_cast<DumpKind>(lowest.kind)
                                                                       : DumpKind::oom;
 
+  // The lowest origin names the archive (creating its folder) and lays it out; the path travels with the layout.
+  std::string name;
   if (id_.rank == lowest.rank) {
     try {
-      set_fixed_string(buffers->path, executor_.archive_path(kind, batch));
+      name = executor_.archive_path(kind, batch);
     } catch (const std::exception& e) {
-      log().error("{}", e.what());  // an empty path tells every rank to fall back
+      log().error("{}", e.what());  // an empty name tells every rank to fall back
     }
   }
-  MPI_Ibcast(path, sizeof(Buffers::path), MPI_CHAR, lowest.rank, comm_, &pending);
-  if (!wait_for(pending, deadline_ns)) {
-    buffers.release();  // NOLINT: deliberately leaked, see above
-    broken_ = true;
-    return fall_back(h, is_origin, request, start_ns,
-                     fmt::format("the archive's path did not reach every rank within {}", timeout_text));
-  }
-  if (path[0] == '\0') {
-    return fall_back(h, is_origin, request, start_ns, "the archive's folder could not be created", origins);
-  }
-  log().debug("path agreed in {}", format_seconds(seconds_since(start_ns)));
-
   std::vector<std::int32_t> present(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
   const ArchiveHeader header = executor_.header(kind, reason, origins, present);
   const RankRow row = executor_.rank_row(h, is_origin, request);
+  std::string path;
   try {
-    executor_.write_collective(path, header, row, h, comm_,
-                               [&](MPI_Request& step) { return wait_for(step, deadline_ns); }, &request.state);
+    path = executor_.write_collective(
+        name, header, row, h, comm_,
+        CollectiveArchive{.root = lowest.rank,
+                          .row_counts = row_counts,
+                          .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); }},
+        &request.state);
   } catch (const CollectiveTimeout& e) {
     broken_ = true;  // a collective stays pending on comm_
     return fall_back(h, is_origin, request, start_ns,

@@ -1,9 +1,9 @@
-// The collective archive writer: rank 0 lays the file out, every rank writes its own rows, rank 0 names it.
+// The collective archive writer: the root lays the file out, every rank writes its own rows, the root names it.
 #include "oomflight/format/collective_writer.hpp"
 
 #include <hdf5.h>
 
-#include <array>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,80 +23,112 @@ namespace {
 
 using format_detail::Counts;
 using format_detail::kTables;
+static_assert(std::is_same_v<Counts, ArchiveRowCounts>);
+
+// The root's word after creating the file: where each dataset lies, and the file's path.
+struct LayoutMessage {
+  std::uint64_t address[kTables] = {};
+  std::int32_t created = 0;  // 1: the file exists with this layout
+  char path[4096] = {};
+};
 
 // What the collectives read and write. A collective given up on may still complete later (a stalled rank
 // resumes): its buffers must then still be there, so they live on the heap and are leaked on a timeout.
 struct Exchange {
   Counts mine{};
   std::vector<Counts> all;
-  std::array<std::uint64_t, kTables + 1> layout{};  // each dataset's address, then 1 if the file was created
+  LayoutMessage layout;
   int ok = 0, all_ok = 0;
   int renamed = 0;
 };
 
 }  // namespace
 
-void write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
-                              MPI_Comm comm, const CollectiveWait& wait) {
-  if (comm == MPI_COMM_NULL) return write_archive(path, header, dump);
+ArchiveRowCounts archive_row_counts(const RankDump& dump) { return format_detail::local_counts(dump); }
+
+std::string write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                                     MPI_Comm comm, const CollectiveArchive& how) {
+  if (comm == MPI_COMM_NULL) {
+    write_archive(path, header, dump);
+    return path;
+  }
   const format_detail::IgnoreFileSizeSignal no_sigxfsz;  // a write past `ulimit -f` fails, it does not kill
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   format_detail::WritePhases phases;
   int index = 0, size = 1;
   MPI_Comm_rank(comm, &index);
   MPI_Comm_size(comm, &size);
+  const bool root = index == how.root;
   auto x = std::make_unique<Exchange>();
   x->mine = format_detail::local_counts(dump);
-  x->all.resize(static_cast<std::size_t>(size));
+  const std::string shown = root ? path : std::string("the archive");  // what errors name before the path is known
   auto complete = [&](int started, MPI_Request& request, const char* step) {
     if (started != MPI_SUCCESS) {  // the communicator returns errors (MPI_ERRORS_RETURN): the others time out
-      throw ArchiveError(fmt::format("writing archive '{}': MPI error {} at the {}", path, started, step));
+      throw ArchiveError(fmt::format("writing {}: MPI error {} at the {}", shown, started, step));
     }
-    const bool done = wait ? wait(request) : MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS;
+    const bool done = how.wait ? how.wait(request) : MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS;
     if (done) return;
     x.release();  // NOLINT: deliberately leaked, MPI may still write into it
-    throw CollectiveTimeout(fmt::format("writing archive '{}': not every rank reached the {} in time", path, step));
+    throw CollectiveTimeout(fmt::format("writing {}: not every rank reached the {} in time", shown, step));
   };
-  const std::string partial = partial_archive_path(path);
-  std::optional<format_detail::ArchiveFile> file;  // rank 0's: removed on any throw unless finished
+  std::optional<format_detail::ArchiveFile> file;  // the root's: removed on any throw unless renamed
 
   // 1. Every rank's row counts: this rank's rows follow those of the ranks before it.
   MPI_Request request = MPI_REQUEST_NULL;
-  complete(MPI_Iallgather(x->mine.data(), kTables, MPI_UINT64_T, x->all.data(), kTables, MPI_UINT64_T, comm,
-                          &request),
-           request, "row counts");
+  std::span<const Counts> all = how.row_counts;
+  if (all.empty()) {
+    x->all.resize(static_cast<std::size_t>(size));
+    complete(MPI_Iallgather(x->mine.data(), kTables, MPI_UINT64_T, x->all.data(), kTables, MPI_UINT64_T, comm,
+                            &request),
+             request, "row counts");
+    all = x->all;
+  } else if (all.size() != static_cast<std::size_t>(size) || all[static_cast<std::size_t>(index)] != x->mine) {
+    throw std::invalid_argument("write_archive_collective: row_counts must hold every rank's, this rank's as its dump");
+  }
   Counts at{}, total{};
   for (int r = 0; r < size; ++r) {
     for (int t = 0; t < kTables; ++t) {
-      if (r < index) at[t] += x->all[static_cast<std::size_t>(r)][t];
-      total[t] += x->all[static_cast<std::size_t>(r)][t];
+      if (r < index) at[t] += all[static_cast<std::size_t>(r)][t];
+      total[t] += all[static_cast<std::size_t>(r)][t];
     }
   }
   phases.mark("counts");
 
-  // 2. Rank 0 creates the file and every dataset alone, and tells the others where each dataset lies.
+  // 2. The root creates the file and every dataset alone, and tells the others its path and where each dataset
+  //    lies.
   std::string create_error;
-  if (index == 0) {
-    try {
-      file.emplace(partial, header, total);
-      std::copy(file->layout().address.begin(), file->layout().address.end(), x->layout.begin());
-      x->layout[kTables] = 1;
-    } catch (const ArchiveError& e) {
-      create_error = e.what();
+  if (root) {
+    if (path.empty()) {
+      create_error = "it could not be named";
+    } else if (path.size() >= sizeof(LayoutMessage::path)) {
+      create_error = fmt::format("its path is longer than {} bytes", sizeof(LayoutMessage::path) - 1);
+    } else {
+      try {
+        file.emplace(partial_archive_path(path), header, total);
+        std::copy(file->layout().address.begin(), file->layout().address.end(), x->layout.address);
+        std::memcpy(x->layout.path, path.c_str(), path.size() + 1);
+        x->layout.created = 1;
+      } catch (const ArchiveError& e) {
+        create_error = e.what();
+      }
     }
   }
-  complete(MPI_Ibcast(x->layout.data(), kTables + 1, MPI_UINT64_T, 0, comm, &request), request, "file's layout");
-  if (x->layout[kTables] != 1) {
+  complete(MPI_Ibcast(&x->layout, sizeof(LayoutMessage), MPI_BYTE, how.root, comm, &request), request,
+           "file's layout");
+  if (x->layout.created != 1) {
     throw ArchiveError(fmt::format("{}{}",
                                    create_error.empty()
-                                       ? fmt::format("rank 0 could not create archive '{}' (folder missing or not "
-                                                     "writable, or disk full?)",
-                                                     partial)
-                                       : create_error,
+                                       ? fmt::format("rank {} could not create the archive (its folder missing or "
+                                                     "not writable, or disk full?)",
+                                                     how.root)
+                                       : fmt::format("rank {} could not create {}: {}", how.root, shown, create_error),
                                    format_detail::file_size_limit_note()));
   }
+  x->layout.path[sizeof(LayoutMessage::path) - 1] = '\0';
+  const std::string final_path = x->layout.path;
+  const std::string partial = partial_archive_path(final_path);
   format_detail::Layout layout;
-  std::copy(x->layout.begin(), x->layout.begin() + kTables, layout.address.begin());
+  std::copy(std::begin(x->layout.address), std::end(x->layout.address), layout.address.begin());
   phases.mark("layout");
 
   // 3. Every rank writes its own rows and syncs them; all agree on the outcome.
@@ -109,11 +141,11 @@ void write_archive_collective(const std::string& path, const ArchiveHeader& head
            "agreement on the rows");
   phases.mark("agreement");
 
-  // 4. Rank 0 marks it complete, checks it and gives it its name, or removes it.
-  if (index == 0) {
+  // 4. The root marks it complete, checks it and gives it its name, or removes it.
+  if (root) {
     if (x->all_ok) {
       error = file->finish(true);
-      if (error.empty() && std::rename(partial.c_str(), path.c_str()) != 0) {
+      if (error.empty() && std::rename(partial.c_str(), final_path.c_str()) != 0) {
         error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
       }
       x->renamed = error.empty() ? 1 : 0;
@@ -121,14 +153,15 @@ void write_archive_collective(const std::string& path, const ArchiveHeader& head
     if (!x->renamed) file->abandon();  // a failed write keeps no name at all
     file.reset();
   }
-  complete(MPI_Ibcast(&x->renamed, 1, MPI_INT, 0, comm, &request), request, "rename");
+  complete(MPI_Ibcast(&x->renamed, 1, MPI_INT, how.root, comm, &request), request, "rename");
   phases.mark("complete and rename");
-  if (index == 0) log().debug("{}: {}", path, phases.text());
+  if (root) log().debug("{}: {}", final_path, phases.text());
   if (!x->renamed) {
-    throw ArchiveError(fmt::format("writing archive '{}' failed: {}{}", path,
+    throw ArchiveError(fmt::format("writing archive '{}' failed: {}{}", final_path,
                                    error.empty() ? std::string("on another rank") : error,
                                    format_detail::file_size_limit_note()));
   }
+  return final_path;
 }
 
 }  // namespace oomflight

@@ -4,7 +4,10 @@
 
 #include <mpi.h>
 
+#include <array>
+#include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "oomflight/format/archive_writer.hpp"
@@ -19,27 +22,45 @@ class CollectiveTimeout : public ArchiveError {
 };
 
 /// How the writer waits for one of its non-blocking collectives: returns true once `request` completed, false to
-/// give up on it (a deadline passed). The default, an empty function, waits with MPI_Wait.
+/// give up on it (a deadline passed). An empty function waits with MPI_Wait.
 using CollectiveWait = std::function<bool(MPI_Request& request)>;
 
-/// Writes `path` with every rank of `comm` together: one HDF5 file holding every rank's rows.
+/// How many rows of each dataset one rank adds to an archive (/ranks, /events, ... in the order of
+/// docs/archive-format.md; bytes for /string_data). Exchanged by the ranks so that each knows where its rows go.
+using ArchiveRowCounts = std::array<std::uint64_t, 11>;
+
+/// `dump`'s row counts. Throws std::invalid_argument when dump.stacks is null.
+ArchiveRowCounts archive_row_counts(const RankDump& dump);
+
+/// How the ranks write one archive together.
+struct CollectiveArchive {
+  /// The rank (of the communicator) that names the file, lays it out and renames it.
+  int root = 0;
+  /// Every rank's archive_row_counts(), in rank order, when the caller already exchanged them (the dump's votes
+  /// carry them); empty: exchanged here, with one more collective.
+  std::span<const ArchiveRowCounts> row_counts;
+  CollectiveWait wait;
+};
+
+/// Writes one HDF5 archive holding the rows of every rank of `comm`, all ranks together, and returns its path.
 ///
-/// Four non-blocking collectives, each waited for with `wait`: an MPI_Iallgather of row counts (every rank's
-/// offsets follow), an MPI_Ibcast of the file's layout from comm rank 0, which created `path`.partial with HDF5
-/// alone (attributes, every dataset at its total size, space allocated, in about a millisecond), an
-/// MPI_Iallreduce of success once every rank has pwrite()n its own rows at their addresses and fsync()ed, and an
-/// MPI_Ibcast from rank 0 that it marked the file complete, checked it and renamed it to `path`.
-/// Every rank takes part in every step even after a local failure, so all ranks return or throw together
-/// (Darshan's discipline); ranks_present in `header` must be the communicator's ranks in order (row i of /ranks is
-/// comm rank i). No MPI-IO: docs/protocol.md, "One write, laid out once", says why.
-/// With `comm` == MPI_COMM_NULL it is write_archive(): one rank, no MPI call.
+/// `path` counts on the root only (the others learn it from the root): an empty one means that the root could not
+/// name the file, and every rank throws. Steps, each a non-blocking collective waited for with `how.wait`: the
+/// row counts (MPI_Iallgather, unless given), then the root creates `path`.partial with HDF5 alone (attributes,
+/// every dataset at its total size, contiguous, space allocated: about a millisecond) and broadcasts the path and
+/// each dataset's address (MPI_Ibcast), then every rank pwrite()s its own rows at their addresses and fsync()s,
+/// an MPI_Iallreduce agrees on success, and the root marks the file complete (the last write), fsyncs it,
+/// checks it and renames it to `path`, and broadcasts that it did. Every rank takes part in every step even
+/// after a local failure, so all ranks return or throw together (Darshan's discipline). ranks_present in `header`
+/// must be the communicator's ranks in order (row i of /ranks is comm rank i). No MPI-IO: docs/protocol.md,
+/// "One write, laid out once", says why. With `comm` == MPI_COMM_NULL it is write_archive(): no MPI call.
 ///
 /// Throws ArchiveError naming the file and the step that failed (on every rank alike), CollectiveTimeout when
-/// `wait` gave up (then rank 0 removes the partial file unless it already renamed it). The buffers of a collective
-/// given up on are left allocated for MPI to finish into. Call it from one thread; not thread-safe with other HDF5
-/// use in the process.
-void write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
-                              MPI_Comm comm, const CollectiveWait& wait = {});
+/// `how.wait` gave up (the root then removes the partial file unless it already renamed it). The buffers of a
+/// collective given up on stay allocated for MPI to finish into. Call it from one thread; not thread-safe with
+/// other HDF5 use in the process.
+std::string write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                                     MPI_Comm comm, const CollectiveArchive& how = {});
 
 /// Keeps HDF5 from closing (and flushing) open files in an atexit handler: at the exit of a rank whose dump was
 /// left behind, that handler would touch files the dump still holds. oomflight closes every file it opens, so
