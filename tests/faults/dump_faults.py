@@ -2,7 +2,7 @@
 memory, and something goes wrong while every rank writes its history:
 
 - a rank is stopped (SIGSTOP) as soon as its rank-local file is on disk, so it stalls the votes or the
-  collective write;
+  collective write; and once the archive is laid out (its partial file exists), so it stalls the write;
 - a rank is killed (SIGKILL) at the same moment;
 - the folder is a full disk (a 512 KiB tmpfs, filled);
 - the folder cannot be created (its parent is a file): every history goes to $TMPDIR, and the log says how to
@@ -234,6 +234,30 @@ class DumpFaults(unittest.TestCase):
                 break
             print(f"stall attempt {attempt}: the archive was complete before rank 1 stopped; again", flush=True)
         self.assertFalse((folder / "oom.0.h5").exists(), f"an archive although rank 1 was stopped:\n{out}")
+        files = self.check_rank_files(folder, [0, 1, 2, 3], out)
+        self.check_merge(files, [0, 1, 2, 3])
+
+    def test_a_rank_stalled_during_the_write_costs_the_archive_only(self):
+        # Rank 1 stops once the lowest origin has laid the archive out (its partial file exists): the votes are
+        # done, every rank is writing its rows. The others give up at the deadline of the step rank 1 never joins,
+        # the partial file is removed, and every safety copy is the result. Retried like the stall above when the
+        # archive was complete before the stop landed.
+        for attempt in range(3):
+            run = f"stallwrite{attempt}"
+            folder = self.work / run / "oomflight"
+            sent = {}
+            proc = job(self.work, run)
+            signal_when(folder / "oom.0.h5.partial", 1, signal.SIGSTOP, sent)
+            out, seconds = finish(proc)
+            os.system(f"pkill -CONT -f 'replay {TRACE}' 2>/dev/null")
+            self.assertIn("at", sent, f"rank 1 never got SIGSTOP:\n{out}")
+            self.check_common(out, seconds, folder)
+            if not (folder / "oom.0.h5").exists():
+                break
+            print(f"write-stall attempt {attempt}: the archive was complete before rank 1 stopped; again", flush=True)
+        self.assertFalse((folder / "oom.0.h5").exists(), f"an archive although rank 1 was stopped:\n{out}")
+        self.assertFalse((folder / "oom.0.h5.partial").exists(), f"the partial archive was left behind:\n{out}")
+        self.assertIn("in time (OOMFLIGHT_DUMP_TIMEOUT", out)
         files = self.check_rank_files(folder, [0, 1, 2, 3], out)
         self.check_merge(files, [0, 1, 2, 3])
 

@@ -23,7 +23,7 @@ Session::Session(Config config, MPI_Comm world)
   if (world != MPI_COMM_NULL) {
     MPI_Comm_dup(world, &comm);
     // A failed MPI call of the recorder (a peer that died, a transport error) must come back to us as an error
-    // code, never abort the job it watches. MPI-IO files default to MPI_ERRORS_RETURN already.
+    // code, never abort the job it watches.
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   }
   identity_ = identify(config_, comm);

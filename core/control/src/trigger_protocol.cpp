@@ -3,9 +3,8 @@
 //   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks run two non-blocking
 //      collectives under one deadline: an allgather of votes (am I an origin, my kind, batch and request) and a
 //      broadcast of the archive path from the lowest origin.
-//   Right after posting its vote (a non-blocking collective, which cannot block), before waiting on anything,
-//   every rank writes its frozen history to its rank-local file (the safety copy): from then on nothing another
-//   rank does (a stall, a crash, a full disk under the archive) can lose it.
+//   Before step 2, every rank writes its frozen history to its rank-local file (the safety copy): from then on
+//   nothing another rank does (a stall, a crash, a full disk under the archive) can lose it.
 //   3. All ranks write the archive together (the DumpExecutor): rank 0 lays the file out, each rank writes its
 //      rows, rank 0 marks it complete and renames it; then each rank removes its safety copy. Every step between
 //      the ranks is a non-blocking collective under the same deadline. If one does not complete by it, the
@@ -90,7 +89,7 @@ bool TriggerProtocol::shutdown() {
     if (exit_installed_ && !exiting_) uninstall_exit_signal();
     wake_.notify_all();
     done_.notify_all();
-    // A watcher inside a dump may be blocked in an MPI or MPI-IO call that a stalled or dead rank never lets
+    // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
     // it is left behind, so that the job's own error ends the process instead of oomflight keeping it alive.
     const auto bound = std::chrono::nanoseconds(active_ ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) -
@@ -115,7 +114,9 @@ bool TriggerProtocol::shutdown() {
   }
   // A communicator with an abandoned collective on it must not be freed (the collective still refers to it).
   if (!broken_) MPI_Comm_free(&comm_);
-  if (snapshot_comm_ != MPI_COMM_NULL && snapshot_barrier_ == MPI_REQUEST_NULL) MPI_Comm_free(&snapshot_comm_);
+  if (snapshot_comm_ != MPI_COMM_NULL && snapshot_barrier_ == MPI_REQUEST_NULL && !snapshots_broken_) {
+    MPI_Comm_free(&snapshot_comm_);
+  }
   return true;
 }
 
@@ -218,7 +219,7 @@ void TriggerProtocol::watch_until_stopped() {
 
 void TriggerProtocol::queue_snapshot(FrozenHistory history, const SnapshotWindow& window) {
   std::lock_guard lock(mutex_);
-  if (stop_ || snapshot_comm_ == MPI_COMM_NULL) return;
+  if (stop_ || snapshot_comm_ == MPI_COMM_NULL || snapshots_broken_) return;
   snapshots_.push_back(PendingSnapshot{std::move(history), window});
   wake_.notify_one();
 }
@@ -285,7 +286,21 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
                                        RankDump{.row = row, .events = events, .stacks = &s.history.stacks,
                                                 .batches = s.history.batches.rows, .context = s.history.context,
                                                 .state_segments = {}, .state_blocks = {}},
-                                       snapshot_comm_);
+                                       snapshot_comm_,
+                                       CollectiveArchive{.root = 0, .row_counts = {}, .wait = [&](MPI_Request& step) {
+                                         return wait_for(step, start + to_ns(config_.dump_timeout));
+                                       }});
+  } catch (const CollectiveTimeout& e) {
+    // A rank stalled during the write: a collective stays pending on the snapshots' communicator, so no later
+    // window can be agreed on. The watcher stays free for dumps.
+    {
+      std::lock_guard lock(mutex_);
+      snapshots_broken_ = true;
+      snapshots_.clear();  // nothing later will be written: drain_snapshots() must not wait for them
+    }
+    log().error("snapshot of batches {} to {} not written: {} (OOMFLIGHT_DUMP_TIMEOUT); no more snapshots in this "
+                "job", w.first, w.last, e.what());
+    return;
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
     return;
@@ -371,9 +386,15 @@ void TriggerProtocol::run_dump() {
   } else {
     result = agree_and_write(h, is_origin, request, start + to_ns(config_.dump_timeout), start);
   }
-  if (result.status == DumpResult::Status::archive && !safety_path_.empty() && !config_.keep_rank_files) {
-    std::error_code ec;
-    std::filesystem::remove(safety_path_, ec);  // the archive holds it now, verified
+  if (result.status == DumpResult::Status::archive) {
+    if (!safety_path_.empty() && !config_.keep_rank_files) {
+      std::error_code ec;
+      std::filesystem::remove(safety_path_, ec);  // the archive holds it now, verified
+    }
+    // An origin's error ends the job as soon as its call returns: it waits until every rank has removed its
+    // safety copy, or a rank torn down first would leave its copy beside the archive.
+    std::vector<std::int32_t> origins(result.origin_ranks.begin(), result.origin_ranks.end());
+    exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
   }
   safety_path_.clear();
   finish(std::move(result));
@@ -436,12 +457,14 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   buffers->mine = mine;
   buffers->votes.resize(static_cast<std::size_t>(size));
   const std::vector<Vote>& votes = buffers->votes;
+  // The safety copy first, then the vote: no collective can complete before every rank's copy is on disk, so
+  // once the archive is laid out every history is safe whatever happens to any rank. (Posting the vote first and
+  // writing the copy while it travels overlaps the two, but another thread's MPI calls can complete the votes
+  // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
+  keep_safety_copy(h, is_origin, request);
   MPI_Request pending;
   MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
                  &pending);
-  // The safety copy is written while the votes travel: posting a collective cannot block, so the copy is still
-  // on disk before anything another rank does can hold this rank up.
-  keep_safety_copy(h, is_origin, request);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
   if (!wait_for(pending, deadline_ns)) {
     buffers.release();  // NOLINT: deliberately leaked, see above

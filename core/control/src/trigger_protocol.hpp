@@ -117,7 +117,7 @@ class TriggerProtocol {
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
-  std::string safety_path_;              // this dump's rank-local file, written before waiting on any collective (watcher)
+  std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};
@@ -129,6 +129,7 @@ class TriggerProtocol {
   std::vector<Event> spare_events_;        // a written snapshot's event storage, for the next freeze
   MPI_Comm snapshot_comm_ = MPI_COMM_NULL; // the snapshots' own: their barriers never meet a dump's collectives
   MPI_Request snapshot_barrier_ = MPI_REQUEST_NULL;  // posted for the front snapshot, not complete yet
+  bool snapshots_broken_ = false;  // a snapshot's collective timed out: snapshot_comm_ is unusable (mutex_)
   std::thread watcher_;
 };
 

@@ -12,7 +12,7 @@ namespace oomflight {
 
 /// Reads every file of `inputs` (rank-local files of one dump, any subset of its ranks, or archives) and writes
 /// `output`: one archive of the same schema with every rank found, rows in rank order, written as
-/// write_archive_ranks() writes (a partial name, synced, read back, renamed). ranks_present says who is in it;
+/// write_archive_ranks() writes (a partial name, synced, checked, renamed). ranks_present says who is in it;
 /// origin_ranks is the union of the inputs' origins; reason joins their distinct reasons; world_size, run_name
 /// and kind are the inputs' (which must agree).
 ///

@@ -1,6 +1,7 @@
-// Writes an archive (schema v1) from one process, with POSIX I/O: a rank-local file, the archive of a job of one
-// rank, or an archive assembled later from several ranks' rows. The collective writer that all ranks of a job
-// call together lives inside liboomflight (it needs MPI); both share one implementation.
+// Writes an archive (schema v1) from one process: a rank-local file, the archive of a job of one rank, or an
+// archive assembled later from several ranks' rows. The file is laid out with HDF5 and the rows are written with
+// pwrite() at their datasets' addresses. The collective writer that all ranks of a job call together lives inside
+// liboomflight (it needs MPI); both share every step but the messages between ranks.
 #pragma once
 
 #include <cstdint>
@@ -31,20 +32,21 @@ struct RankDump {
 
 /// How much write_archive() does to prove that a file reached the disk before it gets its name.
 enum class Durability : std::uint8_t {
-  /// fsync, then this process's rows read back and the metadata checked: what an archive's name promises.
+  /// Every write checked, fsync of the rows and of the marked file, and the reopened file's mark and dataset sizes
+  /// checked: what an archive's name promises.
   verified,
   /// Every write, flush and close checked, the `complete` mark written last and the rename done, but no fsync and
-  /// no read-back: the file survives the death of any process, not a crash of the node before writeback. For a
+  /// no reopening: the file survives the death of any process, not a crash of the node before writeback. For a
   /// rank's safety copy, which a verified archive replaces a moment later (and which is synced when it does not).
   handed_to_kernel,
 };
 
 /// Writes `path` holding one rank: `header` as the root attributes, `dump` as the rows. The file is written as
 /// partial_archive_path(path), its root attribute `complete` (= 1) is the last write, and after the close it is
-/// synced and read back (Durability::verified); only then is it renamed to `path` (replacing a file of that
-/// name). On any failure the partial file is removed and nothing carries the name `path`.
+/// synced and checked (Durability::verified); only then is it renamed to `path` (replacing a file of that name).
+/// On any failure the partial file is removed and nothing carries the name `path`.
 /// Throws std::invalid_argument when dump.stacks is null, ArchiveError naming the file and the step that failed
-/// (folder missing or not writable, disk full, a short write found by the read-back). Not thread-safe with other
+/// (folder missing or not writable, disk full: the dataset, offset and errno's text of the failed write). Not thread-safe with other
 /// HDF5 use in the process (Debian's parallel HDF5 is not built thread-safe): call it from one thread.
 OOMFLIGHT_API void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
                                  Durability durability = Durability::verified);

@@ -25,7 +25,7 @@ struct ImportOptions {
 };
 
 /// Reads every input with the strict pickle reader and writes `output`, one rank per input, as
-/// write_archive_ranks() writes (a partial name, synced, read back, renamed). Per rank, in order:
+/// write_archive_ranks() writes (a partial name, synced, checked, renamed). Per rank, in order:
 /// - the allocator state when the trace began (snapshot_start_state: segments and live blocks that predate it,
 ///   with their frames) as segment_alloc and alloc events of batch -1;
 /// - a step marker, then every trace entry of every device, batch 0 (an imported trace is one batch);
