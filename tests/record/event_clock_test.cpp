@@ -33,6 +33,38 @@ TEST(EventClock, ASecondAnchorIsTakenAfterTheMinimumSpan) {
   EXPECT_EQ(clock.to_monotonic_ns(later.ticks, later), later.monotonic_ns);
 }
 
+TEST(TickConversion, StaysWithinOneNanosecondOfTheExactLineAndHitsBothAnchors) {
+  // Lines like a 1 - 5 GHz TSC's over spans of 20 ms to a day, stamps from before the first anchor to a year
+  // after it; the exact value is the line's rational value rounded down (what one 128-bit division per stamp gave).
+  __extension__ using I128 = __int128;
+  std::uint64_t seed = 12345;
+  auto next = [&] { return seed = seed * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int line = 0; line < 200; ++line) {
+    const ClockAnchor first{static_cast<std::int64_t>(next() >> 8), static_cast<std::int64_t>(next() >> 12)};
+    const std::int64_t span_ns = 20'000'000 + static_cast<std::int64_t>(next() % 86'400'000'000'000ull);
+    const double ghz = 1.0 + static_cast<double>(next() % 4000) / 1000.0;
+    const ClockAnchor later{first.ticks + static_cast<std::int64_t>(static_cast<double>(span_ns) * ghz),
+                           first.monotonic_ns + span_ns};
+    const TickConversion to_ns(first, later);
+    EXPECT_EQ(to_ns(first.ticks), first.monotonic_ns);
+    EXPECT_EQ(to_ns(later.ticks), later.monotonic_ns);
+    for (int i = 0; i < 100; ++i) {
+      const std::int64_t delta = static_cast<std::int64_t>(next() % 100'000'000'000'000'000ull) - 1'000'000'000'000;
+      const std::int64_t raw = first.ticks + delta;
+      const I128 exact_num = static_cast<I128>(delta) * span_ns;
+      const I128 ticks = later.ticks - first.ticks;
+      I128 exact = exact_num / ticks;
+      if (exact_num % ticks != 0 && exact_num < 0) exact -= 1;  // rounded down, as the fixed point truncates
+      const std::int64_t want = first.monotonic_ns + static_cast<std::int64_t>(exact);
+      const std::int64_t got = to_ns(raw);
+      EXPECT_LE(got - want, 1) << "line " << line << " stamp " << i;
+      EXPECT_GE(got - want, -1) << "line " << line << " stamp " << i;
+    }
+  }
+  EXPECT_EQ(TickConversion()(987654321), 987654321);  // the identity
+  EXPECT_EQ(TickConversion({100, 5}, {100, 9})(12345), 9);  // no slope: the later anchor
+}
+
 class RecorderStamps : public ::testing::TestWithParam<bool> {};
 
 TEST_P(RecorderStamps, FrozenStampsAreMonotonicNsBetweenTheReadsAroundEachRecord) {

@@ -7,7 +7,7 @@
 
 namespace oomflight {
 namespace {
-__extension__ using Int128 = __int128;  // GCC and Clang: (ticks * ns) needs more than 64 bits
+__extension__ using U128 = unsigned __int128;  // GCC and Clang: ns x 2^64 needs more than 64 bits
 }  // namespace
 
 bool EventClock::invariant_tsc() noexcept {
@@ -42,12 +42,25 @@ ClockAnchor EventClock::anchor() const noexcept {
   return a;
 }
 
-std::int64_t EventClock::to_monotonic_ns(std::int64_t raw, const ClockAnchor& later) const noexcept {
-  if (source_ == Source::monotonic) return raw;
-  const std::int64_t ticks = later.ticks - first_.ticks;
-  if (ticks <= 0) return later.monotonic_ns;  // cannot happen with an invariant TSC; never divide by zero
-  const Int128 ns = static_cast<Int128>(raw - first_.ticks) * (later.monotonic_ns - first_.monotonic_ns);
-  return first_.monotonic_ns + static_cast<std::int64_t>(ns / ticks);
+TickConversion::TickConversion(const ClockAnchor& first, const ClockAnchor& later) noexcept
+    : kind_(Kind::line), first_ticks_(first.ticks), first_ns_(first.monotonic_ns) {
+  const std::int64_t ticks = later.ticks - first.ticks;
+  const std::int64_t ns = later.monotonic_ns - first.monotonic_ns;
+  if (ticks <= 0 || ns < 0) {  // cannot happen with an invariant TSC; never divide by zero
+    kind_ = Kind::constant;
+    first_ns_ = later.monotonic_ns;
+    return;
+  }
+  // slope = ceil(ns x 2^64 / ticks): rounded up, so that ticks x slope >> 64 gives `ns` exactly at `later`
+  // (the excess is below ticks / 2^64 of a nanosecond there, and at most 1 ns anywhere).
+  const U128 slope = ((static_cast<U128>(ns) << 64) + static_cast<U128>(ticks) - 1) / static_cast<U128>(ticks);
+  slope_hi_ = static_cast<std::uint64_t>(slope >> 64);
+  slope_lo_ = static_cast<std::uint64_t>(slope);
+}
+
+TickConversion EventClock::conversion(const ClockAnchor& later) const noexcept {
+  if (source_ == Source::monotonic) return {};
+  return TickConversion(first_, later);
 }
 
 }  // namespace oomflight

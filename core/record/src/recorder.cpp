@@ -94,7 +94,8 @@ FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {
   h.context = context_.copy();
   // The second anchor after the copy: every copied stamp lies between the two anchors, where the line is exact.
   const ClockAnchor anchor = clock_.anchor();
-  for (Event& e : h.ring.events) e.t_ns = clock_.to_monotonic_ns(e.t_ns, anchor);
+  const TickConversion to_ns = clock_.conversion(anchor);
+  for (Event& e : h.ring.events) e.t_ns = to_ns(e.t_ns);
   h.stacks = stacks_.copy();
   h.anchor_monotonic_ns = monotonic_ns();
   h.anchor_realtime_ns = realtime_ns();

@@ -25,6 +25,41 @@ struct ClockAnchor {
   std::int64_t monotonic_ns = 0;
 };
 
+/// The tick -> CLOCK_MONOTONIC ns line through two anchors, as a fixed-point multiply: converting a frozen ring
+/// of 100,000 events costs one 128-bit division per freeze instead of one per event (which was a third of a
+/// freeze). Within 1 ns of the exact line (truncation of a 64-bit fraction), exact at both anchors. Immutable;
+/// thread-safe.
+class OOMFLIGHT_API TickConversion {
+ public:
+  TickConversion() = default;  ///< the identity (stamps are CLOCK_MONOTONIC ns already)
+  /// The line through `first` and `later`; the identity when later.ticks <= first.ticks would leave no slope
+  /// (then every stamp maps to later.monotonic_ns, as the exact line cannot be drawn).
+  TickConversion(const ClockAnchor& first, const ClockAnchor& later) noexcept;
+
+  /// A raw stamp in CLOCK_MONOTONIC ns.
+  std::int64_t operator()(std::int64_t raw) const noexcept {
+    if (kind_ == Kind::identity) return raw;
+    if (kind_ == Kind::constant) return first_ns_;
+    if (raw >= first_ticks_) return first_ns_ + scale(static_cast<std::uint64_t>(raw - first_ticks_));
+    return first_ns_ - scale(static_cast<std::uint64_t>(first_ticks_ - raw));
+  }
+
+ private:
+  enum class Kind : std::uint8_t { identity, constant, line };
+  // floor(ticks x slope), the slope a 0.64 fixed-point fraction split into whole (hi) and fractional (lo) words.
+  std::int64_t scale(std::uint64_t ticks) const noexcept {
+    __extension__ using U128 = unsigned __int128;
+    const U128 whole = static_cast<U128>(ticks) * slope_hi_;
+    const std::uint64_t fraction = static_cast<std::uint64_t>((static_cast<U128>(ticks) * slope_lo_) >> 64);
+    return static_cast<std::int64_t>(whole + fraction);
+  }
+  Kind kind_ = Kind::identity;
+  std::int64_t first_ticks_ = 0;
+  std::int64_t first_ns_ = 0;
+  std::uint64_t slope_hi_ = 0;
+  std::uint64_t slope_lo_ = 0;
+};
+
 /// Stamps events and converts the stamps. Thread-safety: now() and anchor() from any thread; the object is
 /// immutable after construction.
 class OOMFLIGHT_API EventClock {
@@ -51,7 +86,12 @@ class OOMFLIGHT_API EventClock {
   ClockAnchor anchor() const noexcept;
 
   /// Converts a raw stamp to CLOCK_MONOTONIC ns with the line through the first anchor and `later`.
-  std::int64_t to_monotonic_ns(std::int64_t raw, const ClockAnchor& later) const noexcept;
+  std::int64_t to_monotonic_ns(std::int64_t raw, const ClockAnchor& later) const noexcept {
+    return conversion(later)(raw);
+  }
+
+  /// The conversion to_monotonic_ns() applies, for many stamps at once.
+  TickConversion conversion(const ClockAnchor& later) const noexcept;
 
   Source source() const noexcept { return source_; }
   const ClockAnchor& first_anchor() const noexcept { return first_; }
