@@ -9,6 +9,9 @@
   closed by the job's normal end). Batch 0 is the trace itself: as many events as the pickle's device trace,
   event for event (action and size); batches 1, 2 and 3 match the first run's, event for event.
 
+- A rank stopped (SIGSTOP) while a snapshot is written: the others give up at the deadline, snapshots end for
+  the job, no partial file stays, and the job itself runs to its end.
+
 Usage: snapshots.py OOMFLIGHT_CLI SNAPSHOT_DIR
 """
 import os
@@ -41,6 +44,21 @@ def run(work: Path, run_name: str, settings: dict) -> str:
     return r.stdout + r.stderr
 
 
+def rank_pid(rank: int) -> int | None:
+    """The replay process of `rank` (mpirun puts OMPI_COMM_WORLD_RANK in its environment)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if b"replay" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return int(pid)
+        except OSError:
+            continue
+    return None
+
+
 def events(path: Path) -> dict:
     """rank -> list of (batch, action, addr, size)."""
     out = {}
@@ -69,6 +87,48 @@ class Snapshots(unittest.TestCase):
                                               "OOMFLIGHT_MAX_TOTAL_MB": "1"})
         with open(TRACE, "rb") as f:
             cls.trace = pickle.load(f)["device_traces"][0]
+
+    def test_a_rank_stalled_during_a_snapshot_write_ends_snapshots_not_the_job(self):
+        """Rank 1 stops (SIGSTOP) once the first window's archive is laid out, and continues 3 timeouts later. The
+        other ranks give up on that snapshot at the deadline, say that no more snapshots are taken, and remove its
+        partial file; the job runs to its end (its own steps waited for rank 1, as any job's would) and exits 0."""
+        import signal
+        import time
+        run_name = "stalled"
+        folder = self.work / run_name / "oomflight"
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", "OOMFLIGHT_SKIP_BATCHES=0", "-x",
+               "OOMFLIGHT_SNAPSHOT_EVERY=1ba", "-x", "OOMFLIGHT_DUMP_TIMEOUT=1s", CLI, "run", "--run-name", run_name,
+               "--", CLI, "replay", TRACE, "--device-memory", "64GiB", "--steps", "6"]
+        proc = subprocess.Popen(cmd, cwd=self.work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        pid, stopped = None, False
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            pid = pid or rank_pid(1)
+            if pid and any(folder.glob("*.partial")):
+                os.kill(pid, signal.SIGSTOP)
+                stopped = True
+                break
+            time.sleep(0.0005)
+        if stopped:
+            time.sleep(3)
+            os.kill(pid, signal.SIGCONT)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0] + "\n[killed by the test after 120 s]"
+        if not stopped:
+            self.skipTest("the first snapshot was written before rank 1 could be stopped")
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertIn("no more snapshots in this job", out)
+        self.assertIn("not every rank reached", out)
+        self.assertEqual(list(folder.glob("*.partial")), [], out)
+        for archive in folder.glob("snapshot.*.h5"):  # whatever was written before the stall is complete
+            with h5py.File(archive, "r") as f:
+                self.assertEqual(int(f.attrs["complete"]), 1)
+                self.assertEqual(sorted(int(r) for r in f["ranks"]["rank"]), [0, 1, 2, 3])
 
     def test_one_window_skip_1_interval_3(self):
         folder = self.work / "once" / "oomflight"
