@@ -37,6 +37,13 @@ int run_isolated(const std::string& what, const std::function<int()>& work) {
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  if (sig == SIGPIPE) {
+    // Not the reader: whoever read our output went away (`oomflight report A.h5 | head`). End as a filter does,
+    // quietly and by the same signal, so the shell sees what happened.
+    std::signal(SIGPIPE, SIG_DFL);
+    std::raise(SIGPIPE);
+    return 128 + SIGPIPE;
+  }
   print_error(fmt::format("{}: reading it crashed the HDF5 library ({}): the file is damaged, or not an oomflight "
                           "archive",
                           what, sig ? strsignal(sig) : "unknown status"));

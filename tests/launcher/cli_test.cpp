@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "oomflight/version.h"
@@ -69,6 +70,29 @@ TEST(Report, ClearErrorsForMissingAndForeignFiles) {
   const auto foreign = run_command(fmt::format("{} report notes.txt", OOMFLIGHT_CLI), dir.path());
   EXPECT_EQ(foreign.exit_code, 1);
   EXPECT_NE(foreign.output.find("not an HDF5 file"), std::string::npos) << foreign.output;
+}
+
+TEST(Report, AReaderOfItsOutputThatGoesAwayIsNotACrash) {
+  // `oomflight report A.h5 | head -1`: the report dies of SIGPIPE in its reader process, which is not the HDF5
+  // library crashing on a damaged file; it ends quietly, as any filter would.
+  TempDir dir;
+  const std::string snapshot = test::snapshot_path("cnn-train-eor.pickle");
+  ASSERT_EQ(run_command(cli(fmt::format("import {} -o a.h5", snapshot)), dir.path()).exit_code, 0);
+  const auto whole = run_command(cli("report a.h5"), dir.path());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_GT(std::count(whole.output.begin(), whole.output.end(), '\n'), 20) << whole.output;
+  // A reader that is gone before the first line (a pipe whose read end is closed: deterministic, unlike `head`,
+  // which may leave only after the whole report fit in the pipe's buffer).
+  std::ofstream(dir.path() / "gone.py")
+      << "import os, subprocess, sys\n"
+         "r, w = os.pipe()\n"
+         "os.close(r)\n"
+         "p = subprocess.run(sys.argv[1:], stdout=w, stderr=subprocess.PIPE)\n"
+         "print('status', p.returncode)\n"
+         "print(p.stderr.decode())\n";
+  const auto cut = run_command("python3 gone.py " + cli("report a.h5"), dir.path());
+  EXPECT_NE(cut.output.find("status -13"), std::string::npos) << cut.output;  // ended by SIGPIPE, as filters do
+  EXPECT_EQ(cut.output.find("crashed"), std::string::npos) << cut.output;
 }
 
 TEST(Demo, RefusesToRunWithoutItsSnapshotsAndSaysWhere) {
