@@ -95,6 +95,25 @@ TEST(Report, AReaderOfItsOutputThatGoesAwayIsNotACrash) {
   EXPECT_EQ(cut.output.find("crashed"), std::string::npos) << cut.output;
 }
 
+TEST(Report, ReadsAnArchiveThatAnotherProcessHoldsLocked) {
+  // HDF5 (1.10.7 on) flock()s every file it opens, and refuses one that another process holds locked, as it
+  // refuses every file on a file system without flock (Lustre without the mount option): oomflight opens its
+  // files without HDF5's lock. Here a process holds an exclusive flock on the archive while report and export run.
+  TempDir dir;
+  const std::string snapshot = test::snapshot_path("cnn-train-eor.pickle");
+  ASSERT_EQ(run_command(cli(fmt::format("import {} -o a.h5", snapshot)), dir.path()).exit_code, 0);
+  std::ofstream(dir.path() / "locked.py")
+      << "import fcntl, subprocess, sys\n"
+         "f = open('a.h5', 'rb')\n"
+         "fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "sys.exit(subprocess.run(sys.argv[1:]).returncode)\n";
+  const auto report = run_command("python3 locked.py " + cli("report a.h5"), dir.path());
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(report.output.find("origin"), std::string::npos) << report.output;
+  const auto merged = run_command("python3 locked.py " + cli("merge a.h5 -o b.h5"), dir.path());
+  EXPECT_EQ(merged.exit_code, 0) << merged.output;
+}
+
 TEST(Demo, RefusesToRunWithoutItsSnapshotsAndSaysWhere) {
   TempDir dir;
   const auto r = run_command(fmt::format("env TORCH_SNAPSHOTS={}/none {}/scripts/demo.sh", dir.path().string(),

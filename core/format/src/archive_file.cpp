@@ -81,7 +81,7 @@ class Attributes {
 
 // The reopened file says it is complete and every dataset has the size that was laid out.
 std::string check_metadata(const std::string& path, const Counts& total) {
-  auto file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  auto file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, h5::file_access()));
   if (!file.valid()) return "it does not open as HDF5 after the close (disk full?)";
   std::int32_t complete = 0;
   auto a = h5::attr(H5Aopen(file, kCompleteAttribute, H5P_DEFAULT));
@@ -120,7 +120,7 @@ std::string pwrite_all(int fd, std::span<const std::uint8_t> bytes, std::uint64_
 ArchiveFile::ArchiveFile(std::string partial, const ArchiveHeader& header, const Counts& total)
     : partial_(std::move(partial)), total_(total) {
   layout_.address.fill(Layout::kNoAddress);
-  file_ = h5::file(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  file_ = h5::file(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, h5::file_access()));
   if (!file_.valid()) {
     std::remove(partial_.c_str());  // H5Fcreate may leave an empty file behind when the disk is full
     throw ArchiveError(fmt::format("cannot create archive '{}' (folder missing or not writable, or disk full?)",

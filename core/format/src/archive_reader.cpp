@@ -31,7 +31,7 @@ class Reader {
            "dump names the rank-local files that hold the histories)");
     }
     if (H5Fis_hdf5(path_.c_str()) <= 0) fail("not an HDF5 file, so not an oomflight archive");
-    file_ = h5::file(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    file_ = h5::file(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, h5::file_access()));
     if (!file_.valid()) fail("cannot open the HDF5 file");
     if (H5Aexists(file_, "schema_version") <= 0) {
       fail("not an oomflight archive (no root attribute 'schema_version')");

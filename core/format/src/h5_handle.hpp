@@ -49,4 +49,16 @@ inline Handle dset(hid_t id) { return Handle(id, H5Dclose); }
 inline Handle attr(hid_t id) { return Handle(id, H5Aclose); }
 inline Handle file(hid_t id) { return Handle(id, H5Fclose); }
 
+/// File access properties for every file oomflight opens or creates. HDF5 1.10.7 and later flock() each file
+/// they open and fail where the file system has no flock (Lustre mounted without it, some NFS), or where another
+/// process holds a lock: an archive must be written and read there all the same. oomflight writes each file from
+/// one process under a .partial name, so the lock protects nothing it needs.
+inline Handle file_access() {
+  Handle fapl = plist(H5Pcreate(H5P_FILE_ACCESS));
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(fapl, false, true);
+#endif
+  return fapl;
+}
+
 }  // namespace oomflight::h5
