@@ -12,7 +12,7 @@ namespace oomflight::protocol {
 
 /// Message tags on the recorder's own duplicated communicator (never the application's).
 inline constexpr int kTagTrigger = 0x00F1;  ///< TriggerMessage: origin -> every other rank
-inline constexpr int kTagDone = 0x00F2;     ///< one int64 epoch: a rank's rank-local file is written -> origins
+inline constexpr int kTagDone = 0x00F2;     ///< one int64 epoch: a rank is done with a dump -> origins
 
 /// "Dump now": sent point to point by an origin to every other rank. `epoch` numbers the dumps of this job
 /// (every rank counts the dumps it completed), so a late trigger for a dump already written is recognised.

@@ -1,12 +1,13 @@
 // The trigger protocol (docs/protocol.md):
 //   1. The origin freezes its ring in the failing thread and sends a trigger to every rank (point to point).
-//   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks run two non-blocking
-//      collectives under one deadline: an allgather of votes (am I an origin, my kind, batch and request) and a
-//      broadcast of the archive path from the lowest origin.
+//   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks gather their votes (am I an
+//      origin, my kind, batch and request, how many rows my history adds) with a non-blocking collective under
+//      one deadline.
 //   Before step 2, every rank writes its frozen history to its rank-local file (the safety copy): from then on
 //   nothing another rank does (a stall, a crash, a full disk under the archive) can lose it.
-//   3. All ranks write the archive together (the DumpExecutor): rank 0 lays the file out, each rank writes its
-//      rows, rank 0 marks it complete and renames it; then each rank removes its safety copy. Every step between
+//   3. All ranks write the archive together (the DumpExecutor): the lowest origin names the file, lays it out and
+//      sends its path with the layout, each rank writes its rows, the lowest origin marks it complete and
+//      renames it; then each rank removes its safety copy and tells the origins it is done. Every step between
 //      the ranks is a non-blocking collective under the same deadline. If one does not complete by it, the
 //      communicator is abandoned and the safety copies are the result; ranks then tell the origins they are done,
 //      so that an origin does not let its error end the job before the others wrote.
@@ -301,8 +302,18 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
     log().error("snapshot of batches {} to {} not written: {} (OOMFLIGHT_DUMP_TIMEOUT); no more snapshots in this "
                 "job", w.first, w.last, e.what());
     return;
-  } catch (const std::exception& e) {
+  } catch (const ArchiveError& e) {
     log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
+    return;
+  } catch (const std::exception& e) {
+    // Thrown on this rank alone: the others wait for it in a collective and give up, as above.
+    {
+      std::lock_guard lock(mutex_);
+      snapshots_broken_ = true;
+      snapshots_.clear();
+    }
+    log().error("snapshot of batches {} to {} not written: {}; no more snapshots in this job", w.first, w.last,
+                e.what());
     return;
   }
   if (id_.rank == 0) {
@@ -513,8 +524,11 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
     broken_ = true;  // a collective stays pending on comm_
     return fall_back(h, is_origin, request, start_ns,
                      fmt::format("{} (OOMFLIGHT_DUMP_TIMEOUT, {})", e.what(), timeout_text), origins);
-  } catch (const std::exception& e) {
+  } catch (const ArchiveError& e) {
     return fall_back(h, is_origin, request, start_ns, e.what(), origins);  // every rank throws together
+  } catch (const std::exception& e) {
+    broken_ = true;  // thrown on this rank alone: the others wait for it in a collective
+    return fall_back(h, is_origin, request, start_ns, e.what(), origins);
   }
   log().debug("archive written in {}", format_seconds(seconds_since(start_ns)));
   DumpResult r;

@@ -181,10 +181,24 @@ ArchiveFile::~ArchiveFile() {
 }
 
 std::string ArchiveFile::finish(bool sync) {
+  {
+    // Every writer has closed its file. Taking a lock makes an NFS client revalidate its cache of the file: HDF5
+    // is about to rewrite metadata pages that may also hold other ranks' first rows, and must not write back a
+    // stale copy of them. The lock itself is not needed after that (the close releases it at once). Best effort,
+    // never blocking, as lock_range(); a no-op on a local file system.
+    const int fd = ::open(partial_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      struct flock lock {};
+      lock.l_type = F_RDLCK;
+      lock.l_whence = SEEK_SET;
+      (void)::fcntl(fd, F_SETLK, &lock);
+      ::close(fd);
+    }
+  }
   std::string failed;
   {
     Attributes a(file_, failed);
-    a.int32(kCompleteAttribute, 1);  // the last write: a file without it never finished
+    a.int32(kCompleteAttribute, 1);  // the last attribute: a file without it never finished
   }
   if (!file_.reset() && failed.empty()) failed = "closing it (disk full?)";
   if (!failed.empty()) return fmt::format("at {}", failed);
@@ -201,6 +215,21 @@ std::string ArchiveFile::finish(bool sync) {
 void ArchiveFile::abandon() {
   file_.reset();
   std::remove(partial_.c_str());
+}
+
+void lock_range(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  // A POSIX write lock on the bytes about to be written: where several clients write one file (NFS), a client that
+  // holds no lock may write back a whole cached page around a write (zeros included, beyond the size it knew) and
+  // overwrite the neighbouring rank's rows in that page; with a lock it writes back only the bytes written, and
+  // taking the lock revalidates its cache. ROMIO's NFS driver locks for the same reason. Free elsewhere (the
+  // ranges never overlap). Best effort: a file system without locks, or a lock held by someone else, does not
+  // stop the write (the lock never blocks: a dump never waits on a foreign process).
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = static_cast<off_t>(offset);
+  lock.l_len = static_cast<off_t>(bytes);
+  (void)::fcntl(fd, F_SETLK, &lock);
 }
 
 std::string write_rows(const std::string& partial, const Layout& layout, std::span<const PlacedRows> ranks,
@@ -221,6 +250,7 @@ std::string write_rows(const std::string& partial, const Layout& layout, std::sp
         break;
       }
       const std::uint64_t offset = base + placed.at[static_cast<std::size_t>(t)] * row_bytes(table);
+      lock_range(fd, offset, count * row_bytes(table));
       std::string failed;
       if (table == kEvents && rows.event_stack_shift != 0) {
         constexpr std::size_t kSlice = 8192;  // 384 KiB: stays in cache, no page faults on a fresh copy
@@ -245,6 +275,40 @@ std::string write_rows(const std::string& partial, const Layout& layout, std::sp
   // NFS and others report a failed write at the close.
   if (::close(fd) != 0 && error.empty()) error = fmt::format("close failed: {}", errno_text(errno));
   return error;
+}
+
+std::string check_rank_rows(const std::string& partial, const Layout& layout, std::span<const Counts> counts,
+                            std::span<const std::int32_t> ranks) {
+  if (counts.empty()) return {};
+  if (layout.address[kRanks] == Layout::kNoAddress) return "dataset '/ranks' has no space in the file";
+  std::vector<RankRow> rows(counts.size());
+  const int fd = ::open(partial.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fmt::format("cannot reopen it to check /ranks: {}", errno_text(errno));
+  const auto bytes = static_cast<ssize_t>(rows.size() * sizeof(RankRow));
+  const ssize_t got = ::pread(fd, rows.data(), static_cast<std::size_t>(bytes),
+                              static_cast<off_t>(layout.address[kRanks]));
+  ::close(fd);
+  if (got != bytes) return "its /ranks rows cannot be read back";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::int32_t want = i < ranks.size() ? ranks[i] : static_cast<std::int32_t>(i);
+    if (rows[i].rank != want || rows[i].event_count != counts[i][kEvents]) {
+      return fmt::format("row {} of /ranks did not reach this file (it reads rank {} with {} events, not rank {} "
+                         "with {}): is the folder shared by every node?",
+                         i, rows[i].rank, rows[i].event_count, want, counts[i][kEvents]);
+    }
+  }
+  return {};
+}
+
+std::string sync_folder_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno_text(errno);
+  const bool ok = ::fsync(fd) == 0 || errno == EINVAL;
+  const int err = errno;
+  ::close(fd);
+  return ok ? std::string() : errno_text(err);
 }
 
 }  // namespace oomflight::format_detail

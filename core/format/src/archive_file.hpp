@@ -38,7 +38,8 @@ class ArchiveFile {
 
   const Layout& layout() const { return layout_; }
 
-  /// Once every writer's rows are in: writes `complete` = 1 (the last write), closes the file and, when `sync`,
+  /// Once every writer's rows are in: writes `complete` = 1 (the last attribute: HDF5 writes its metadata at the
+  /// close after it, and the name is given only after the reopened file was checked), closes the file and, when `sync`,
   /// fsyncs it and reopens it to check the mark and every dataset's size. Returns "" or what failed; the file
   /// keeps its partial name either way (the caller renames or removes it).
   std::string finish(bool sync);
@@ -65,5 +66,16 @@ struct PlacedRows {
 /// rows; any number of processes may write disjoint rows of one file at once.
 std::string write_rows(const std::string& partial, const Layout& layout, std::span<const PlacedRows> ranks,
                        bool sync);
+
+/// The root's check, once every rank reported success: row i of /ranks, as it lies in the file, names rank
+/// `ranks[i]` and holds counts[i]'s events. It catches rows that never reached this file (a writer that opened
+/// another file of the same name on a node-local folder, a write lost by a network file system). Returns "" or
+/// what is wrong.
+std::string check_rank_rows(const std::string& partial, const Layout& layout, std::span<const Counts> counts,
+                            std::span<const std::int32_t> ranks);
+
+/// fsync()s the folder holding `path`, so that a rename into it survives a crash of the node. Returns "" or
+/// errno's text (EINVAL, a file system that cannot sync folders, is success).
+std::string sync_folder_of(const std::string& path);
 
 }  // namespace oomflight::format_detail

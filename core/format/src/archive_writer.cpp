@@ -3,7 +3,7 @@
 // writer does (collective_writer.cpp), so both paths share every step but the messages between ranks.
 //
 // A file carries the archive's name only when it is complete: it is written as "<name>.partial", every write,
-// fsync and close is checked, the root attribute `complete` is its last write, the reopened file is checked, and
+// fsync and close is checked, the root attribute `complete` is its last attribute, the reopened file is checked, and
 // only then is it renamed.
 #include <fcntl.h>
 #include <hdf5.h>
@@ -57,6 +57,11 @@ void write_ranks(const std::string& path, const ArchiveHeader& header, std::span
       error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
     }
     if (!error.empty()) file.abandon();  // a failed write keeps no name at all
+    if (error.empty() && sync) {
+      if (const std::string failed = format_detail::sync_folder_of(path); !failed.empty()) {
+        log().warn("{}: the rename may not survive a crash of this node (fsync of its folder: {})", path, failed);
+      }
+    }
   } catch (const ArchiveError& e) {
     throw ArchiveError(fmt::format("{}{}", e.what(), format_detail::file_size_limit_note()));
   }

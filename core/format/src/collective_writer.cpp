@@ -63,8 +63,11 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   x->mine = format_detail::local_counts(dump);
   const std::string shown = root ? path : std::string("the archive");  // what errors name before the path is known
   auto complete = [&](int started, MPI_Request& request, const char* step) {
-    if (started != MPI_SUCCESS) {  // the communicator returns errors (MPI_ERRORS_RETURN): the others time out
-      throw ArchiveError(fmt::format("writing {}: MPI error {} at the {}", shown, started, step));
+    if (started != MPI_SUCCESS) {
+      // The communicator returns errors (MPI_ERRORS_RETURN). This rank leaves alone and the others will time
+      // out: for the caller it is a collective given up on.
+      x.release();  // NOLINT: as below
+      throw CollectiveTimeout(fmt::format("writing {}: MPI error {} at the {}", shown, started, step));
     }
     const bool done = how.wait ? how.wait(request) : MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS;
     if (done) return;
@@ -131,10 +134,18 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   std::copy(std::begin(x->layout.address), std::end(x->layout.address), layout.address.begin());
   phases.mark("layout");
 
-  // 3. Every rank writes its own rows and syncs them; all agree on the outcome.
-  const format_detail::RankRows rows = format_detail::global_rows(dump, at);
-  const format_detail::PlacedRows placed{&rows, at};
-  std::string error = format_detail::write_rows(partial, layout, std::span(&placed, 1), true);
+  // 3. Every rank writes its own rows and syncs them; all agree on the outcome. A local failure of any kind is
+  //    this rank's "no" in the agreement, never an exception that would leave the others waiting.
+  std::string error;
+  try {
+    const format_detail::RankRows rows = format_detail::global_rows(dump, at);
+    const format_detail::PlacedRows placed{&rows, at};
+    error = format_detail::write_rows(partial, layout, std::span(&placed, 1), true);
+  } catch (const std::bad_alloc&) {
+    error = "out of memory while preparing this rank's rows";
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
   phases.mark("rows and sync");
   x->ok = error.empty() ? 1 : 0;
   complete(MPI_Iallreduce(&x->ok, &x->all_ok, 1, MPI_INT, MPI_LAND, comm, &request), request,
@@ -144,9 +155,17 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   // 4. The root marks it complete, checks it and gives it its name, or removes it.
   if (root) {
     if (x->all_ok) {
-      error = file->finish(true);
+      error = format_detail::check_rank_rows(partial, layout, all, header.ranks_present);
+      if (error.empty()) error = file->finish(true);
       if (error.empty() && std::rename(partial.c_str(), final_path.c_str()) != 0) {
         error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
+      }
+      if (error.empty()) {
+        // The others remove their safety copies once they hear of the rename: it must outlive a crash first.
+        if (const std::string failed = format_detail::sync_folder_of(final_path); !failed.empty()) {
+          log().warn("{}: the rename may not survive a crash of this node (fsync of its folder: {})", final_path,
+                     failed);
+        }
       }
       x->renamed = error.empty() ? 1 : 0;
     }

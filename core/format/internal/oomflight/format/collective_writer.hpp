@@ -51,7 +51,9 @@ struct CollectiveArchive {
 /// each dataset's address (MPI_Ibcast), then every rank pwrite()s its own rows at their addresses and fsync()s,
 /// an MPI_Iallreduce agrees on success, and the root marks the file complete (the last write), fsyncs it,
 /// checks it and renames it to `path`, and broadcasts that it did. Every rank takes part in every step even
-/// after a local failure, so all ranks return or throw together (Darshan's discipline). ranks_present in `header`
+/// after a local failure of its rows (any exception there is its "no" in the agreement), so all ranks return or
+/// throw ArchiveError together (Darshan's discipline); what can leave one rank alone is CollectiveTimeout (a
+/// failed MPI call counts as one) and std::invalid_argument for a caller's mistake. ranks_present in `header`
 /// must be the communicator's ranks in order (row i of /ranks is comm rank i). No MPI-IO: docs/protocol.md,
 /// "One write, laid out once", says why. With `comm` == MPI_COMM_NULL it is write_archive(): no MPI call.
 ///

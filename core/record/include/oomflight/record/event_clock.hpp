@@ -25,15 +25,14 @@ struct ClockAnchor {
   std::int64_t monotonic_ns = 0;
 };
 
-/// The tick -> CLOCK_MONOTONIC ns line through two anchors, as a fixed-point multiply: converting a frozen ring
-/// of 100,000 events costs one 128-bit division per freeze instead of one per event (which was a third of a
-/// freeze). Within 1 ns of the exact line (truncation of a 64-bit fraction), exact at both anchors. Immutable;
-/// thread-safe.
+/// The tick -> CLOCK_MONOTONIC ns line through two anchors, as a 64.64 fixed-point multiply: converting a frozen
+/// ring of 100,000 events costs one 128-bit division per freeze instead of one per event. Within 1 ns of the exact
+/// line (the slope rounded up in its 64th fractional bit), exact at both anchors. Immutable; thread-safe.
 class OOMFLIGHT_API TickConversion {
  public:
   TickConversion() = default;  ///< the identity (stamps are CLOCK_MONOTONIC ns already)
-  /// The line through `first` and `later`; the identity when later.ticks <= first.ticks would leave no slope
-  /// (then every stamp maps to later.monotonic_ns, as the exact line cannot be drawn).
+  /// The line through `first` and `later`. When later.ticks <= first.ticks or later's ns precede first's, no
+  /// line can be drawn: every stamp then maps to later.monotonic_ns.
   TickConversion(const ClockAnchor& first, const ClockAnchor& later) noexcept;
 
   /// A raw stamp in CLOCK_MONOTONIC ns.
@@ -46,7 +45,7 @@ class OOMFLIGHT_API TickConversion {
 
  private:
   enum class Kind : std::uint8_t { identity, constant, line };
-  // floor(ticks x slope), the slope a 0.64 fixed-point fraction split into whole (hi) and fractional (lo) words.
+  // floor(ticks x slope), the slope in 64.64 fixed point: whole (hi) and fractional (lo) words.
   std::int64_t scale(std::uint64_t ticks) const noexcept {
     __extension__ using U128 = unsigned __int128;
     const U128 whole = static_cast<U128>(ticks) * slope_hi_;
