@@ -290,6 +290,28 @@ TEST(MpiDriver, ASignalDumpIsOneArchiveAndTheJobGoesOn) {
   }
 }
 
+TEST(MpiDriver, ATriggerWakesTheWatchersOfItsNodeAtOnce) {
+  // Watchers that poll every 30 s: without the doorbell the others would see rank 0's trigger up to 30 s later,
+  // at a poll. The log says how each one saw it.
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=doorbell -x OOMFLIGHT_POLL_INTERVAL=30s "
+                                         "-x OOMFLIGHT_DUMP_TIMEOUT=2min -x OOMFLIGHT_LOG_LEVEL=debug {} 50 0 -1 signal",
+                                         test::mpirun(4), OOMFLIGHT_DRIVER),
+                             dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 1; rank < 4; ++rank) {
+    EXPECT_NE(r.output.find(fmt::format("oomflight[rank {}] debug: trigger from rank 0 seen at once (a rank of this "
+                                        "node rang)", rank)),
+              std::string::npos)
+        << "rank " << rank << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("seen at a poll"), std::string::npos) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
+}
+
 TEST(MpiDriver, AJobsMpiBelowThreadMultipleIsRefusedNotRacedOn) {
   TempDir dir;
   const auto r = run_command(fmt::format("{} {} 5 0 -1 signal single", test::mpirun(2), OOMFLIGHT_DRIVER), dir.path());

@@ -1,5 +1,6 @@
 // The trigger protocol (docs/protocol.md):
-//   1. The origin freezes its ring in the failing thread and sends a trigger to every rank (point to point).
+//   1. The origin, in the failing thread, sends a trigger to every rank (point to point), rings the doorbells of its
+//      node's watchers so that they see it at once, and freezes its ring.
 //   2. Every rank's watcher, on a trigger, freezes its own ring, then all ranks gather their votes (am I an
 //      origin, my kind, batch and request, how many rows my history adds) with a non-blocking collective under
 //      one deadline.
@@ -12,6 +13,7 @@
 //      communicator is abandoned and the safety copies are the result; ranks then tell the origins they are done,
 //      so that an origin does not let its error end the job before the others wrote.
 //   The origin prints its reason to stderr before step 1, so that a teardown during the dump cannot hide it.
+//   Watchers sleep on a doorbell (watcher_doorbell.hpp) between polls; anything that needs them rings it.
 #include "trigger_protocol.hpp"
 
 #include <algorithm>
@@ -60,10 +62,36 @@ DumpRequest request_from_oom_event(const FrozenHistory& h) {
   return r;
 }
 
-// Messages must outlive their MPI_Isend; they are tiny and rare, so they are kept for the process.
-std::deque<std::array<std::int64_t, 3>>& outgoing_messages() {
+// Every other rank's doorbell on this node (MPI_COMM_TYPE_SHARED), learnt once: collective over `comm`. Any
+// failure leaves the list short, which only means those ranks see triggers at their next poll.
+std::vector<DoorbellAddress> exchange_node_doorbells(MPI_Comm comm, int rank, const DoorbellAddress& mine) {
+  struct Entry {
+    std::int32_t rank = -1;
+    DoorbellAddress address;
+  };
+  std::vector<DoorbellAddress> peers;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) != MPI_SUCCESS) return peers;
+  int size = 0;
+  MPI_Comm_size(node, &size);
+  const Entry me{rank, mine};
+  std::vector<Entry> all(static_cast<std::size_t>(size));
+  if (MPI_Allgather(&me, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, node) == MPI_SUCCESS) {
+    for (const Entry& e : all) {
+      if (e.rank != rank && e.address.length > 0) peers.push_back(e.address);
+    }
+  }
+  MPI_Comm_free(&node);
+  return peers;
+}
+
+// Messages must outlive their MPI_Isend; they are tiny and rare, so they are kept for the process. A requesting
+// thread and the watcher both send: the storage is taken under its own lock.
+std::array<std::int64_t, 3>& new_outgoing_message() {
+  static std::mutex mutex;
   static std::deque<std::array<std::int64_t, 3>> messages;
-  return messages;
+  std::lock_guard lock(mutex);
+  return messages.emplace_back();
 }
 
 }  // namespace
@@ -72,6 +100,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
                                  const DumpExecutor& executor, MPI_Comm comm)
     : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
+  node_doorbells_ = exchange_node_doorbells(comm_, id_.rank, doorbell_.address());
   signal_installed_ = install_dump_signal();
   if (config_.dump_on_exit) exit_installed_ = install_exit_signal();
   if (config_.snapshots()) MPI_Comm_dup(comm_, &snapshot_comm_);  // collective, like this constructor
@@ -88,7 +117,7 @@ bool TriggerProtocol::shutdown() {
     stop_ = true;
     if (signal_installed_) uninstall_dump_signal();
     if (exit_installed_ && !exiting_) uninstall_exit_signal();
-    wake_.notify_all();
+    doorbell_.ring();
     done_.notify_all();
     // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
@@ -135,14 +164,20 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   } else if (pending_) {
     target = pending_epoch_;  // another thread of this process asked first: share its dump
   } else {
-    // Freeze at once: later events must not push history out.
+    // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
+    // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
+    // ring: 1 to 2 ms for 100,000 events). Sending takes microseconds, so the history is still frozen at once.
+    // While a dump is under way the watcher sends them with its next dump (the epoch is not this one's).
+    const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
+    announce(request, batch);
+    const bool triggers_sent = !active_ && !broken_;  // broken_ changes only while active_ (the watcher's dump)
+    if (triggers_sent) send_triggers(batch, request.kind);
     FrozenHistory h = recorder_.freeze(request.device);
-    if (request.batch >= 0) h.batch = request.batch;
-    announce(request, h.batch);
-    pending_ = Pending{std::move(h), request};
+    h.batch = batch;
+    pending_ = Pending{std::move(h), request, triggers_sent};
     pending_epoch_ = active_ ? epoch_ + 1 : epoch_;
     target = pending_epoch_;
-    wake_.notify_one();
+    doorbell_.ring();
   }
   const bool finished = done_.wait_for(lock, 3 * config_.dump_timeout, [&] { return stop_ || epoch_ > target; });
   if (!finished || epoch_ <= target) {
@@ -190,11 +225,12 @@ void TriggerProtocol::watch() {
 
 void TriggerProtocol::watch_until_stopped() {
   for (;;) {
+    // Sleep, not spin: an idle watcher costs one wake-up per poll interval. Whatever sets pending_, stop_ or a
+    // snapshot rings after setting it, and a ring outlives a wait that has not started yet, so none is missed.
+    const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     bool local = false;
     {
-      std::unique_lock lock(mutex_);
-      // Sleep, not spin: an idle watcher costs one wake-up per poll interval.
-      wake_.wait_for(lock, config_.poll_interval, [&] { return stop_ || pending_.has_value(); });
+      std::lock_guard lock(mutex_);
       if (stop_) return;
       if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
       if (exit_installed_ && take_exit_signal()) {
@@ -203,7 +239,12 @@ void TriggerProtocol::watch_until_stopped() {
       }
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
-    const bool remote = poll_trigger_message();
+    bool remote = poll_trigger_message();
+    if (!remote && !local && rings.other) remote = await_rung_trigger();
+    if (remote) {
+      log().debug("trigger from rank {} seen {}", *heard_origins_.begin(),
+                  rings.other ? "at once (a rank of this node rang)" : "at a poll");
+    }
     if (local || remote) run_dump();
     poll_snapshots();
     bool end = false;
@@ -222,7 +263,7 @@ void TriggerProtocol::queue_snapshot(FrozenHistory history, const SnapshotWindow
   std::lock_guard lock(mutex_);
   if (stop_ || snapshot_comm_ == MPI_COMM_NULL || snapshots_broken_) return;
   snapshots_.push_back(PendingSnapshot{std::move(history), window});
-  wake_.notify_one();
+  doorbell_.ring();
 }
 
 bool TriggerProtocol::drain_snapshots(std::chrono::milliseconds timeout) {
@@ -336,16 +377,30 @@ bool TriggerProtocol::poll_trigger_message() {
   return true;
 }
 
+bool TriggerProtocol::await_rung_trigger() {
+  // The ringing rank posted its trigger before ringing; through shared memory it is there already or within
+  // microseconds. A ring that brings no trigger (from outside the job, or a trigger still in flight over the
+  // network) costs a few polls, then the usual sleep.
+  const std::int64_t until = monotonic_ns() + 2'000'000;
+  while (monotonic_ns() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (poll_trigger_message()) return true;
+  }
+  return false;
+}
+
 void TriggerProtocol::send_triggers(std::int64_t batch, DumpKind kind) {
-  auto& msg = outgoing_messages().emplace_back();
+  auto& msg = new_outgoing_message();
   const TriggerMessage m{epoch_, batch, id_.rank, static_cast<std::int32_t>(kind)};
   std::memcpy(msg.data(), &m, sizeof(m));
   for (int r = 0; r < id_.world_size; ++r) {
     if (r == id_.rank) continue;
     MPI_Request request;
     MPI_Isend(msg.data(), sizeof(m), MPI_BYTE, r, kTagTrigger, comm_, &request);
-    MPI_Request_free(&request);  // completes on its own; the buffer lives in outgoing_messages()
+    MPI_Request_free(&request);  // completes on its own; the buffer is kept for the process
   }
+  // Then wake this node's watchers, so that they test for the trigger now rather than at their next poll.
+  for (const DoorbellAddress& peer : node_doorbells_) doorbell_.ring(peer);
 }
 
 bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns) {
@@ -363,12 +418,14 @@ void TriggerProtocol::run_dump() {
   bool is_origin = false;
   DumpRequest request;
   FrozenHistory h;
+  bool triggers_sent = false;
   {
     std::lock_guard lock(mutex_);
     active_ = true;
     active_start_ns_ = start;
     if (pending_ && pending_epoch_ <= epoch_) {
       is_origin = true;
+      triggers_sent = pending_->triggers_sent;
       h = std::move(pending_->history);
       request = std::move(pending_->request);
       pending_.reset();
@@ -389,7 +446,7 @@ void TriggerProtocol::run_dump() {
     std::lock_guard lock(mutex_);
     active_is_origin_ = is_origin;
   }
-  if (is_origin && !broken_) send_triggers(h.batch, request.kind);
+  if (is_origin && !broken_ && !triggers_sent) send_triggers(h.batch, request.kind);
   DumpResult result;
   if (broken_) {
     keep_safety_copy(h, is_origin, request);
@@ -593,7 +650,7 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
 
 void TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
                                     std::int64_t deadline_ns) {
-  auto& msg = outgoing_messages().emplace_back();
+  auto& msg = new_outgoing_message();
   msg[0] = epoch_;
   for (int origin : origins) {
     if (origin == id_.rank) continue;

@@ -19,6 +19,7 @@
 #include "oomflight/record/recorder.hpp"
 #include "protocol_messages.hpp"
 #include "oomflight/control/snapshot_schedule.hpp"
+#include "oomflight/control/watcher_doorbell.hpp"
 
 namespace oomflight {
 
@@ -57,6 +58,7 @@ class TriggerProtocol {
   struct Pending {
     FrozenHistory history;
     DumpRequest request;
+    bool triggers_sent = false;  // request() sent them before freezing (else the watcher does)
   };
   struct PendingSnapshot {
     FrozenHistory history;
@@ -82,6 +84,8 @@ class TriggerProtocol {
   void watch();
   void watch_until_stopped();
   bool poll_trigger_message();
+  // A rank of this node rang: its trigger is on its way. Polls for it briefly before going back to sleep.
+  bool await_rung_trigger();
   void run_dump();
   void send_triggers(std::int64_t batch, DumpKind kind);
   bool wait_for(MPI_Request& request, std::int64_t deadline_ns);
@@ -99,7 +103,8 @@ class TriggerProtocol {
   MPI_Comm comm_;
 
   std::mutex mutex_;
-  std::condition_variable wake_;   // the watcher waits here between polls
+  WatcherDoorbell doorbell_;       // the watcher sleeps here between polls; rung by this process and by node peers
+  std::vector<DoorbellAddress> node_doorbells_;  // the other ranks' of this node, rung with every trigger sent
   std::condition_variable done_;   // requesting threads wait here for their dump
   bool stop_ = false;
   std::optional<Pending> pending_;       // a local request not yet taken by the watcher
