@@ -8,8 +8,10 @@
 // slowest. WAIT says how the others wait: `sleep` polls an MPI_Ibarrier every POLL_US us (ranks of a PyTorch job wait
 // in NCCL, off MPI, leaving the CPU and MPI's progress engine to the watcher), `spin` blocks in MPI_Barrier (the
 // replay's ranks wait in MPI_Allreduce, which busy-polls the same progress engine the watcher needs).
-// Then the floor, in the same run: every rank pwrite()s its share of the archive's bytes into one file at its
-// offset and fsyncs it, as dd would write them, REPEATS times; rank 0 prints the median and the ratio.
+// Each dump is followed by its two floors, so that all three meet the same disk (it is shared and noisy here): every
+// rank pwrite()s its share of the archive's bytes into one file at its offset and fsyncs it; then one process
+// writes them all in 1 MiB writes and fsyncs, as `dd bs=1M conv=fsync` does. Rank 0 prints the medians and the
+// median of each round's ratio.
 // Then every rank holds its idle session for IDLE_SECONDS and rank 0 prints the CPU time it cost (getrusage: all
 // threads). Settings come from the environment (OOMFLIGHT_POLL_INTERVAL, ...); the bench sets only the folder
 // (a temporary one), the ring size, overwriting and the run name, unless they are set.
@@ -55,6 +57,26 @@ void fill(int events) {
   }
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The others wait as training ranks wait for a collective: `sleep` polls an MPI_Ibarrier, `spin` blocks in
+// MPI_Barrier (see the top of this file).
+void wait_for_every_rank(bool spin, int poll_us) {
+  if (spin) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+  MPI_Request barrier;
+  MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
+  for (int done = 0; !done;) {
+    MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(poll_us));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,11 +103,16 @@ int main(int argc, char** argv) {
   }
   fill(events);
 
-  std::vector<double> seconds;
+  // Rounds of three, so that the dump and its floors meet the same disk: the dump, then the same bytes written as
+  // plainly as the machine allows by every rank in parallel, then by one process as dd writes them.
+  std::vector<double> seconds, parallel_floor, dd_floor, to_parallel, to_dd;
   std::string path;
+  std::uint64_t bytes = 0;
+  std::vector<char> data;
+  const std::string floor_path = (folder / "floor.bin").string();
   for (int r = 0; r < repeats; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
-    const double start = MPI_Wtime();
+    double start = MPI_Wtime();
     if (rank == 0) {
       oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
       request.kind = OOMFLIGHT_DUMP_SIGNAL;
@@ -95,55 +122,65 @@ int main(int argc, char** argv) {
       }
       path = oomflight_last_dump_path();
     }
-    if (spin) {
-      MPI_Barrier(MPI_COMM_WORLD);
-    } else {
-      MPI_Request barrier;
-      MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
-      for (int done = 0; !done;) {
-        MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
-        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(poll_us));
-      }
-    }
+    wait_for_every_rank(spin, poll_us);
     seconds.push_back(MPI_Wtime() - start);
-    // A dump names a new file: removing the previous one is not part of the next (the floor's file goes too).
+    if (r == 0) {
+      std::error_code ec;
+      if (rank == 0) bytes = std::filesystem::file_size(path, ec);
+      MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+      data.assign(std::max<std::uint64_t>(bytes / static_cast<std::uint64_t>(size), 1u << 20), 'x');
+    }
+    // A dump names a new file: removing the previous one is not part of the next (the floors' files go too).
     if (rank == 0 && r + 1 < repeats) std::filesystem::remove(path);
-  }
-  std::sort(seconds.begin(), seconds.end());
-  std::uint64_t bytes = 0;
-  if (rank == 0 && !seconds.empty()) {
-    std::error_code ec;
-    bytes = std::filesystem::file_size(path, ec);
-    std::printf("whole dump of %d ranks x %d events, others waiting (%s): median %.3f s, slowest %.3f s (%d repeats), "
-                "archive %.1f MiB\n",
-                size, events, spin ? "spin" : "sleep", seconds[seconds.size() / 2], seconds.back(), repeats,
-                ec ? 0.0 : static_cast<double>(bytes) / 1048576.0);
-  }
-  // The floor: the same bytes, written as plainly as the machine allows.
-  MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  const std::uint64_t share = bytes / static_cast<std::uint64_t>(size);
-  std::vector<char> data(share, 'x');
-  const std::string floor_path = (folder / "floor.bin").string();
-  std::vector<double> floor;
-  for (int r = 0; r < repeats && share > 0; ++r) {
+    if (bytes == 0) continue;
+
+    // Every rank pwrite()s its share of the bytes into one file at its offset, and fsyncs.
+    const std::uint64_t share = bytes / static_cast<std::uint64_t>(size);
     MPI_Barrier(MPI_COMM_WORLD);
-    const double start = MPI_Wtime();
+    start = MPI_Wtime();
     const int fd = ::open(floor_path.c_str(), O_WRONLY | O_CREAT, 0644);
     bool ok = fd >= 0 && ::pwrite(fd, data.data(), share, static_cast<off_t>(share * static_cast<unsigned>(rank))) ==
                              static_cast<ssize_t>(share);
     ok = ok && ::fsync(fd) == 0;
     if (fd >= 0) ::close(fd);
     if (!ok) std::fprintf(stderr, "floor: write failed on rank %d\n", rank);
-    MPI_Barrier(MPI_COMM_WORLD);
-    floor.push_back(MPI_Wtime() - start);
+    wait_for_every_rank(spin, poll_us);
+    parallel_floor.push_back(MPI_Wtime() - start);
     if (rank == 0) std::filesystem::remove(floor_path);
+
+    // One process writes all of them in 1 MiB writes and fsyncs: `dd if=/dev/zero bs=1M conv=fsync`.
+    MPI_Barrier(MPI_COMM_WORLD);
+    start = MPI_Wtime();
+    if (rank == 0) {
+      const int dd = ::open(floor_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      bool written = dd >= 0;
+      for (std::uint64_t at = 0; written && at < bytes; at += 1u << 20) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(1u << 20, bytes - at));
+        written = ::write(dd, data.data(), n) == static_cast<ssize_t>(n);
+      }
+      written = written && ::fsync(dd) == 0;
+      if (dd >= 0) ::close(dd);
+      if (!written) std::fprintf(stderr, "dd floor: write failed\n");
+    }
+    wait_for_every_rank(spin, poll_us);
+    dd_floor.push_back(MPI_Wtime() - start);
+    if (rank == 0) std::filesystem::remove(floor_path);
+    to_parallel.push_back(seconds.back() / parallel_floor.back());
+    to_dd.push_back(seconds.back() / dd_floor.back());
   }
-  std::sort(floor.begin(), floor.end());
-  if (rank == 0 && !floor.empty() && !seconds.empty()) {
-    const double f = floor[floor.size() / 2];
-    std::printf("floor: each rank pwrite()s and fsyncs its share of the same %.1f MiB in one file: median %.3f s; "
-                "the dump is %.1f x the floor\n",
-                static_cast<double>(bytes) / 1048576.0, f, seconds[seconds.size() / 2] / f);
+  if (rank == 0 && !seconds.empty()) {
+    std::printf("whole dump of %d ranks x %d events, others waiting (%s): median %.3f s, slowest %.3f s (%d repeats), "
+                "archive %.1f MiB\n",
+                size, events, spin ? "spin" : "sleep", median(seconds), *std::max_element(seconds.begin(), seconds.end()),
+                repeats, static_cast<double>(bytes) / 1048576.0);
+  }
+  if (rank == 0 && !to_dd.empty()) {
+    std::printf("floor, every rank pwrite()s and fsyncs its share into one file: median %.3f s; the dump is %.1f x it "
+                "(median of the rounds' ratios)\n",
+                median(parallel_floor), median(to_parallel));
+    std::printf("floor, one process writes it all in 1 MiB writes and fsyncs, as dd: median %.3f s; the dump is %.1f x "
+                "it (median of the rounds' ratios)\n",
+                median(dd_floor), median(to_dd));
   }
   if (idle > 0) {
     const double cpu0 = cpu_seconds();

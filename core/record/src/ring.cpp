@@ -218,16 +218,27 @@ RingCopy Ring::copy(std::vector<Event> storage) const {
     const Slot& slot = slots_[(start + k) & mask_];
     const std::uint64_t before = slot.seq.load(std::memory_order_acquire);
     if (before == 0 || (before & 1) != 0) continue;  // empty, or being (over)written now
-    std::uint64_t words[6];
-    for (int j = 0; j < 6; ++j) words[j] = slot.words[j].load(std::memory_order_relaxed);
+    // The words go to their place in the copy straight from registers: gathered in a local array first, they were
+    // reread as 16-byte loads that could not be forwarded from the 8-byte stores (a stall on every event, 40% of
+    // the copy's time in perf).
+    const std::uint64_t w0 = slot.words[0].load(std::memory_order_relaxed);
+    const std::uint64_t w1 = slot.words[1].load(std::memory_order_relaxed);
+    const std::uint64_t w2 = slot.words[2].load(std::memory_order_relaxed);
+    const std::uint64_t w3 = slot.words[3].load(std::memory_order_relaxed);
+    const std::uint64_t w4 = slot.words[4].load(std::memory_order_relaxed);
+    const std::uint64_t w5 = slot.words[5].load(std::memory_order_relaxed);
     const std::uint64_t tag = slot.tag.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (slot.seq.load(std::memory_order_relaxed) != before) continue;  // a newer lap took it while we read
     const std::uint64_t writer = tag >> kOrdinalBits;
     if (writer >= used || (tag & kOrdinalMask) >= pushed[writer]) continue;  // pushed after the copy began
-    Event e;
-    std::memcpy(&e, words, sizeof(e));
-    out.events.push_back(e);
+    auto* to = reinterpret_cast<unsigned char*>(&out.events.emplace_back());
+    std::memcpy(to, &w0, 8);
+    std::memcpy(to + 8, &w1, 8);
+    std::memcpy(to + 16, &w2, 8);
+    std::memcpy(to + 24, &w3, 8);
+    std::memcpy(to + 32, &w4, 8);
+    std::memcpy(to + 40, &w5, 8);
   }
   // Nearly sorted already: from the oldest position on, each writer's chunks come out in order. What breaks the
   // order is usually only a tail (the slots of unfinished chunks still hold an older lap's events, read last):
