@@ -44,6 +44,14 @@ std::int64_t to_ns(std::chrono::milliseconds ms) { return static_cast<std::int64
 
 double seconds_since(std::int64_t start_ns) { return static_cast<double>(monotonic_ns() - start_ns) / 1e9; }
 
+// How long a watcher sleeps between two tests of a step between the ranks, `waited_ns` into it. Most steps of a
+// dump complete within a millisecond: 50 us polls then (4 ranks: 2 ms less per dump than 200 us). A step that
+// takes longer waits for a slow rank or for the disk, and many ranks polling that often on few cores slow it
+// down (64 ranks on 2 cores: 0.67 - 0.74 s per dump at 50 us, 0.44 - 0.45 s at 200 us): 200 us after that.
+std::chrono::microseconds poll_pause(std::int64_t waited_ns) {
+  return std::chrono::microseconds(waited_ns < 1'000'000 ? 50 : 200);
+}
+
 // The request of a rank that is an origin because its ring holds an oom event no dump has reported.
 DumpRequest request_from_oom_event(const FrozenHistory& h) {
   for (auto it = h.ring.events.rbegin(); it != h.ring.events.rend(); ++it) {
@@ -404,12 +412,14 @@ void TriggerProtocol::send_triggers(std::int64_t batch, DumpKind kind) {
 }
 
 bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns) {
+  const std::int64_t start = monotonic_ns();
   for (;;) {
     int complete = 0;
     MPI_Test(&request, &complete, MPI_STATUS_IGNORE);
     if (complete) return true;
-    if (monotonic_ns() > deadline_ns) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const std::int64_t now = monotonic_ns();
+    if (now > deadline_ns) return false;
+    std::this_thread::sleep_for(poll_pause(now - start));
   }
 }
 
@@ -662,12 +672,13 @@ void TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
   // An origin's error ends the job: give every other rank until the deadline to finish its own file.
   const int others = id_.world_size - 1;
   int done = 0;
+  const std::int64_t waiting_since = monotonic_ns();
   while (done < others && monotonic_ns() < deadline_ns) {
     int arrived = 0;
     MPI_Status status;
     MPI_Iprobe(MPI_ANY_SOURCE, kTagDone, comm_, &arrived, &status);
     if (!arrived) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));  // as wait_for() polls
+      std::this_thread::sleep_for(poll_pause(monotonic_ns() - waiting_since));
       continue;
     }
     std::int64_t epoch = 0;
