@@ -175,10 +175,13 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
     // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
     // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
     // ring: 1 to 2 ms for 100,000 events). Sending takes microseconds, so the history is still frozen at once.
-    // While a dump is under way the watcher sends them with its next dump (the epoch is not this one's).
+    // The watcher sends them instead, with the dump, while a dump is under way (the epoch is not this one's) or a
+    // snapshot is queued: the watcher may be about to write it, and ranks that took the trigger first would wait
+    // in the dump's vote while it waits for them in the snapshot's collectives, until the deadline.
     const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
     announce(request, batch);
-    const bool triggers_sent = !active_ && !broken_;  // broken_ changes only while active_ (the watcher's dump)
+    // broken_ changes only while active_ (the watcher's dump), so it is read safely here.
+    const bool triggers_sent = !active_ && !broken_ && snapshots_.empty() && !snapshot_writing_;
     if (triggers_sent) send_triggers(batch, request.kind);
     FrozenHistory h = recorder_.freeze(request.device);
     h.batch = batch;
