@@ -126,6 +126,7 @@ bool TriggerProtocol::shutdown() {
     if (signal_installed_) uninstall_dump_signal();
     if (exit_installed_ && !exiting_) uninstall_exit_signal();
     doorbell_.ring();
+    late_request_cv_.notify_all();
     done_.notify_all();
     // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
@@ -160,6 +161,10 @@ bool TriggerProtocol::shutdown() {
 
 DumpResult TriggerProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
+  // The watcher is freezing this rank for a dump it did not ask for: whether that dump counts this rank as an
+  // origin (its oom event is in the ring) is known after the freeze, a millisecond or two. Without waiting, a
+  // request in that window would ask for a second dump of the same failure.
+  done_.wait(lock, [&] { return stop_ || !deciding_; });
   if (stop_) {
     DumpResult r;
     r.kind = request.kind;
@@ -169,6 +174,10 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   std::int64_t target = 0;
   if (active_ && active_is_origin_) {
     target = epoch_;  // the dump under way already counts this rank as an origin
+    if (awaiting_request_ && !late_request_ && request.kind == DumpKind::oom) {
+      late_request_ = request;  // its reason and figures go into this rank's vote (with_late_request)
+      late_request_cv_.notify_all();
+    }
   } else if (pending_) {
     target = pending_epoch_;  // another thread of this process asked first: share its dump
   } else {
@@ -432,10 +441,12 @@ void TriggerProtocol::run_dump() {
   DumpRequest request;
   FrozenHistory h;
   bool triggers_sent = false;
+  bool awaiting = false;  // an origin through its oom event, whose own request has not come yet
   {
     std::lock_guard lock(mutex_);
     active_ = true;
     active_start_ns_ = start;
+    deciding_ = !(pending_ && pending_epoch_ <= epoch_);  // until the freeze says whether this rank is an origin
     if (pending_ && pending_epoch_ <= epoch_) {
       is_origin = true;
       triggers_sent = pending_->triggers_sent;
@@ -452,13 +463,17 @@ void TriggerProtocol::run_dump() {
       is_origin = true;
       request = request_from_oom_event(h);
       announce(request, h.batch);
+      awaiting = true;
     }
   }
   if (is_origin) oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
   {
     std::lock_guard lock(mutex_);
     active_is_origin_ = is_origin;
+    awaiting_request_ = awaiting;
+    deciding_ = false;
   }
+  done_.notify_all();  // a request() waiting for this verdict
   if (is_origin && !broken_ && !triggers_sent) send_triggers(h.batch, request.kind);
   DumpResult result;
   if (broken_) {
@@ -479,6 +494,20 @@ void TriggerProtocol::run_dump() {
   }
   safety_path_.clear();
   finish(std::move(result));
+}
+
+DumpRequest TriggerProtocol::with_late_request(const DumpRequest& asked) {
+  std::unique_lock lock(mutex_);
+  if (!awaiting_request_) return asked;
+  // This rank is an origin through its oom event: another rank's trigger woke the watcher before the failing
+  // thread asked. Its request carries the job's own error text for the archive's reason: wait for it a little
+  // (the safety copy is written already; every other rank waits in the vote meanwhile, so not for long).
+  const auto bound = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200), config_.dump_timeout / 4);
+  late_request_cv_.wait_for(lock, bound, [&] { return stop_ || late_request_.has_value(); });
+  awaiting_request_ = false;
+  DumpRequest r = late_request_ ? std::move(*late_request_) : asked;
+  late_request_.reset();
+  return r;
 }
 
 TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, bool is_origin,
@@ -515,9 +544,15 @@ void TriggerProtocol::keep_safety_copy(const FrozenHistory& h, bool is_origin, c
   safety_path_shared_ = path;  // for a shutdown() that has to leave this dump behind
 }
 
-DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request,
+DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& asked,
                                             std::int64_t deadline_ns, std::int64_t start_ns) {
   const int size = id_.world_size;
+  // The safety copy first, then the vote: no collective can complete before every rank's copy is on disk, so
+  // once the archive is laid out every history is safe whatever happens to any rank. (Posting the vote first and
+  // writing the copy while it travels overlaps the two, but another thread's MPI calls can complete the votes
+  // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
+  keep_safety_copy(h, is_origin, asked);
+  const DumpRequest request = with_late_request(asked);
   Vote mine;
   mine.is_origin = is_origin ? 1 : 0;
   mine.rank = id_.rank;
@@ -538,11 +573,6 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   buffers->mine = mine;
   buffers->votes.resize(static_cast<std::size_t>(size));
   const std::vector<Vote>& votes = buffers->votes;
-  // The safety copy first, then the vote: no collective can complete before every rank's copy is on disk, so
-  // once the archive is laid out every history is safe whatever happens to any rank. (Posting the vote first and
-  // writing the copy while it travels overlaps the two, but another thread's MPI calls can complete the votes
-  // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
-  keep_safety_copy(h, is_origin, request);
   MPI_Request pending;
   MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
                  &pending);
@@ -700,6 +730,8 @@ void TriggerProtocol::finish(DumpResult result) {
     ++epoch_;
     active_ = false;
     active_is_origin_ = false;
+    awaiting_request_ = false;
+    late_request_.reset();
     heard_origins_.clear();
     heard_batch_ = -1;
     heard_kind_ = DumpKind::oom;

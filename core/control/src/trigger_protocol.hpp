@@ -93,6 +93,9 @@ class TriggerProtocol {
                              std::int64_t start_ns);
   DumpResult fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t start_ns,
                        const std::string& why, std::vector<std::int32_t> origins = {});
+  // The request of this rank's failing thread, when it comes within a short wait after the watcher made this rank
+  // an origin through its oom event; else `asked` (the request made from the event).
+  DumpRequest with_late_request(const DumpRequest& asked);
   void exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
   void finish(DumpResult result);
 
@@ -116,6 +119,10 @@ class TriggerProtocol {
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
   std::string safety_path_shared_;       // safety_path_, readable under mutex_
   bool active_is_origin_ = false;
+  bool deciding_ = false;                // the watcher freezes for a dump it did not ask for; origin or not: unknown
+  bool awaiting_request_ = false;        // an origin through its oom event; its failing thread has not asked yet
+  std::optional<DumpRequest> late_request_;  // ... and then did, before the vote
+  std::condition_variable late_request_cv_;
   DumpResult last_result_;
   std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
