@@ -21,6 +21,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <sys/stat.h>
 #include <memory>
 #include <fmt/format.h>
 
@@ -73,20 +74,31 @@ DumpRequest request_from_oom_event(const FrozenHistory& h) {
 // Every other rank's doorbell on this node (MPI_COMM_TYPE_SHARED), learnt once: collective over `comm`. Any
 // failure leaves the list short, which only means those ranks see triggers at their next poll.
 std::vector<DoorbellAddress> exchange_node_doorbells(MPI_Comm comm, int rank, const DoorbellAddress& mine) {
+  // Abstract socket names are per network namespace, and MPI_COMM_TYPE_SHARED may group ranks of different ones
+  // (a container per rank sharing /dev/shm): a ring there would reach whichever socket has that name. Only the
+  // ranks of this rank's namespace are rung.
   struct Entry {
+    std::uint64_t net_dev = 0, net_ino = 0;  // /proc/self/ns/net
     std::int32_t rank = -1;
     DoorbellAddress address;
   };
   std::vector<DoorbellAddress> peers;
+  Entry me{};
+  if (struct stat ns {}; ::stat("/proc/self/ns/net", &ns) == 0) {
+    me.net_dev = static_cast<std::uint64_t>(ns.st_dev);
+    me.net_ino = static_cast<std::uint64_t>(ns.st_ino);
+  }
+  me.rank = rank;
+  me.address = mine;
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) != MPI_SUCCESS) return peers;
   int size = 0;
   MPI_Comm_size(node, &size);
-  const Entry me{rank, mine};
   std::vector<Entry> all(static_cast<std::size_t>(size));
   if (MPI_Allgather(&me, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, node) == MPI_SUCCESS) {
     for (const Entry& e : all) {
-      if (e.rank != rank && e.address.length > 0) peers.push_back(e.address);
+      const bool same_namespace = e.net_dev == me.net_dev && e.net_ino == me.net_ino;
+      if (e.rank != rank && e.address.length > 0 && same_namespace) peers.push_back(e.address);
     }
   }
   MPI_Comm_free(&node);
@@ -191,7 +203,10 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
     announce(request, batch);
     // broken_ changes only while active_ (the watcher's dump), so it is read safely here.
     const bool triggers_sent = !active_ && !broken_ && snapshots_.empty() && !snapshot_writing_;
-    if (triggers_sent) send_triggers(batch, request.kind);
+    if (triggers_sent) {
+      send_triggers(batch, request.kind);
+      log().debug("triggers sent to every rank before the freeze");
+    }
     FrozenHistory h = recorder_.freeze(request.device);
     h.batch = batch;
     pending_ = Pending{std::move(h), request, triggers_sent};
@@ -249,13 +264,20 @@ void TriggerProtocol::watch_until_stopped() {
     // snapshot rings after setting it, and a ring outlives a wait that has not started yet, so none is missed.
     const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     bool local = false;
+    bool last_dump = false;
     {
       std::lock_guard lock(mutex_);
-      if (stop_) return;
-      if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
-      if (exit_installed_ && take_exit_signal()) {
-        exiting_ = true;
-        queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
+      if (stop_) {
+        // A request whose triggers are out already: the other ranks are on their way into its vote. Run it
+        // (shutdown() waits for it, within its bound) rather than leave them to time out.
+        if (!(pending_ && pending_->triggers_sent && pending_epoch_ <= epoch_)) return;
+        last_dump = true;
+      } else {
+        if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
+        if (exit_installed_ && take_exit_signal()) {
+          exiting_ = true;
+          queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
+        }
       }
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
@@ -266,6 +288,7 @@ void TriggerProtocol::watch_until_stopped() {
                   rings.other ? "at once (a rank of this node rang)" : "at a poll");
     }
     if (local || remote) run_dump();
+    if (last_dump) return;
     poll_snapshots();
     bool end = false;
     {
@@ -295,6 +318,9 @@ void TriggerProtocol::poll_snapshots() {
   {
     std::lock_guard lock(mutex_);
     if (snapshots_.empty()) return;
+    // A local request that came since this loop looked (its triggers may be out already): the dump first, or
+    // ranks that took its trigger would vote while this one waited for them in the snapshot's collectives.
+    if (pending_ && pending_epoch_ <= epoch_) return;
   }
   // The k-th barrier of every rank is its k-th window: it completes when every rank has queued that window.
   if (snapshot_barrier_ == MPI_REQUEST_NULL) MPI_Ibarrier(snapshot_comm_, &snapshot_barrier_);
@@ -401,8 +427,9 @@ bool TriggerProtocol::await_rung_trigger() {
   // The ringing rank posted its trigger before ringing; through shared memory it is there already or within
   // microseconds. A ring that brings no trigger (from outside the job, or a trigger still in flight over the
   // network) costs a few polls, then the usual sleep.
+  // At least 20 tests as well as 2 ms: a watcher descheduled for the 2 ms (more ranks than cores) still tests.
   const std::int64_t until = monotonic_ns() + 2'000'000;
-  while (monotonic_ns() < until) {
+  for (int tests = 0; tests < 20 || monotonic_ns() < until; ++tests) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (poll_trigger_message()) return true;
   }

@@ -2,6 +2,7 @@
 #include "oomflight/control/watcher_doorbell.hpp"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -25,6 +26,11 @@ sockaddr_un to_sockaddr(const DoorbellAddress& a, socklen_t& length) {
 }  // namespace
 
 WatcherDoorbell::WatcherDoorbell() {
+  // Rings of this process go through an eventfd of their own: through the socket, they would share its send
+  // buffer with the rings sent to peers, which peers that never read (a dead rank whose socket a forked child
+  // keeps open) could fill, and a local wake-up would then be lost.
+  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (event_fd_ < 0) return;  // the condition variable, and no socket either (wait() would not watch it)
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   // Binding with the family alone asks the kernel for a unique abstract name: five hex digits after a '\0'. No
@@ -49,11 +55,13 @@ WatcherDoorbell::WatcherDoorbell() {
 
 WatcherDoorbell::~WatcherDoorbell() {
   if (fd_ >= 0) ::close(fd_);
+  if (event_fd_ >= 0) ::close(event_fd_);
 }
 
 void WatcherDoorbell::ring() {
-  if (fd_ >= 0) {
-    ring(address_);
+  if (event_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    (void)::write(event_fd_, &one, sizeof(one));  // EAGAIN only when the counter is full: rung already
     return;
   }
   {
@@ -74,23 +82,19 @@ void WatcherDoorbell::ring(const DoorbellAddress& peer) const {
 
 WatcherDoorbell::Rings WatcherDoorbell::wait(std::chrono::milliseconds timeout) {
   Rings rings;
-  if (fd_ < 0) {
+  if (event_fd_ < 0) {
     std::unique_lock lock(mutex_);
     rings.self = rung_cv_.wait_for(lock, timeout, [&] { return rung_; });
     rung_ = false;
     return rings;
   }
-  pollfd p{fd_, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return rings;  // the timeout, or EINTR
+  pollfd p[2] = {{event_fd_, POLLIN, 0}, {fd_, POLLIN, 0}};
+  if (::poll(p, fd_ >= 0 ? 2 : 1, static_cast<int>(timeout.count())) <= 0) return rings;  // the timeout, or EINTR
+  std::uint64_t count = 0;
+  rings.self = ::read(event_fd_, &count, sizeof(count)) == static_cast<ssize_t>(sizeof(count));
+  // The socket's queue is short (net.unix.max_dgram_qlen, 10 by default); a bound anyway, against a flood.
   char buffer[16];
-  for (;;) {
-    sockaddr_un from{};
-    socklen_t length = sizeof(from);
-    if (::recvfrom(fd_, buffer, sizeof(buffer), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &length) < 0) break;
-    const auto name_length = static_cast<std::size_t>(length) - std::min<std::size_t>(length, offsetof(sockaddr_un, sun_path));
-    const bool mine = name_length == address_.length && std::memcmp(from.sun_path, address_.name, name_length) == 0;
-    (mine ? rings.self : rings.other) = true;
-  }
+  for (int i = 0; fd_ >= 0 && i < 64 && ::recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT) >= 0; ++i) rings.other = true;
   return rings;
 }
 

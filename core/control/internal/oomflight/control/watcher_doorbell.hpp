@@ -12,8 +12,10 @@
 // at the next poll; the ring only ever shortens a sleep, it carries no meaning: a ring from anyone else (or a lost
 // one) costs one early poll, never a wrong dump.
 //
-// Where a socket cannot be had (no file descriptor left, a sandbox without AF_UNIX), the doorbell falls back to a
-// condition variable: rings from this process still wake it; rings from other ranks do nothing.
+// Rings from this process go through an eventfd, so that they never depend on the socket's send buffer. Where
+// the eventfd or the socket cannot be had (no file descriptor left, a sandbox without AF_UNIX), the doorbell falls
+// back to a condition variable or to the eventfd alone: rings from this process still wake it; rings from other
+// ranks do nothing.
 #pragma once
 
 #include <chrono>
@@ -43,7 +45,7 @@ class WatcherDoorbell {
   const DoorbellAddress& address() const { return address_; }
 
   /// Wakes this doorbell's wait() now, or makes its next one return at once. Thread-safe; async-signal-safe when
-  /// the doorbell has its socket (one sendto(2)).
+  /// the doorbell has its eventfd (one write(2)).
   void ring();
 
   /// Wakes the doorbell at `peer` (another process on this node). Best effort, never blocks: a full queue means
@@ -61,7 +63,8 @@ class WatcherDoorbell {
   Rings wait(std::chrono::milliseconds timeout);
 
  private:
-  int fd_ = -1;
+  int fd_ = -1;        // the socket: rings from other processes
+  int event_fd_ = -1;  // an eventfd: rings from this process
   DoorbellAddress address_;
   // The fallback without a socket.
   std::mutex mutex_;
