@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
           libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev python3-h5py
           python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev
-          nlohmann-json3-dev chromium)
+          nlohmann-json3-dev chromium python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +19,10 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The real-torch test environments (torch 2.11.0 with Lightning; Composer with its torch; torch 2.4's headers):
+# made once per machine outside the clone, reused by every clone with the same pins (scripts/python_envs.sh).
+mapfile -t torch_envs < <(scripts/python_envs.sh)
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_envs[@]}"
 cmake --build build -j "$(nproc)"
 scripts/demo.sh

@@ -15,6 +15,7 @@ inline CApiTable linked_c_api() {
   api.set_memory = reinterpret_cast<int (*)(int, const abi::Memory*)>(&oomflight_set_memory);
   api.request_dump = reinterpret_cast<int (*)(const abi::DumpRequest*, abi::DumpResult*)>(&oomflight_request_dump);
   api.log = &oomflight_log;
+  api.intern_stack = reinterpret_cast<int (*)(const abi::Frame*, std::size_t, std::int32_t*)>(&oomflight_intern_stack);
   return api;
 }
 

@@ -1,15 +1,23 @@
 // oomflight's PyTorch extension: attaches a TraceTracker (trace_tracker.hpp) to the CUDA caching allocator's
-// trace-tracker and out-of-memory-observer hooks. Built by the Python package with torch.utils.cpp_extension
-// against the user's own torch (oomflight/_extension.py), loaded by oomflight.torch.install(). Every entry point
-// catches everything and returns a message instead: a failure here must leave training untouched.
+// trace-tracker and out-of-memory-observer hooks. Built ahead of time by `pip install --no-build-isolation` against
+// the torch in that environment (python/setup.py), or at first use as a fallback (oomflight/_extension.py); loaded
+// by oomflight.torch.install(). Every entry point catches everything and returns a message instead: a failure here
+// must leave training untouched.
 //
 // Hooks (c10/cuda/CUDACachingAllocator.h, torch 2.4 .. 2.11): attachAllocatorTraceTracker calls the tracker for
-// every TraceEntry with the device's allocator mutex held; it must be attached after CUDA is initialised (an
-// allocator not yet initialised drops it silently), cannot be detached, and the cudaMallocAsync backend throws on
-// it. attachOutOfMemoryObserver is called after the OOM entry, mutex released, before OutOfMemoryError is thrown.
+// every TraceEntry with the device's allocator mutex held; the native allocator hands it to the device allocators
+// that exist at that moment (a tracker attached before CUDA's initialisation, or with no device, reaches none),
+// it cannot be detached, and the cudaMallocAsync backend throws on it. attachOutOfMemoryObserver is called after
+// the OOM entry, mutex released, before OutOfMemoryError is thrown.
+//
+// The two callbacks handed to torch are built once (Plugin::trace_callback, Plugin::oom_observer); the functions
+// whose names start with an underscore feed torch's own TraceEntry, DeviceStats and SnapshotInfo objects through
+// those same callbacks' bodies, so that the tests exercise exactly what torch calls, on a machine with no GPU.
 #include <torch/extension.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
+#include <torch/version.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -17,6 +25,8 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "trace_tracker.hpp"
@@ -24,12 +34,25 @@
 namespace {
 
 namespace alloc = c10::cuda::CUDACachingAllocator;
+namespace abi = oomflight::torch_plugin::abi;
+using oomflight::torch_plugin::AllocatorState;
 using oomflight::torch_plugin::CApiTable;
 using oomflight::torch_plugin::ExactStats;
 using oomflight::torch_plugin::TraceTracker;
+using Entry = alloc::TraceEntry;
+using Context = std::shared_ptr<c10::GatheredContext>;
 
-// Attached once and never detached (torch cannot detach): the tracker lives until the process ends.
-TraceTracker* g_tracker = nullptr;
+// What is attached. Built once and never freed (torch cannot detach a hook): lives until the process ends.
+struct Plugin {
+  explicit Plugin(const CApiTable& api) : api(api), tracker(api) {}
+  CApiTable api;
+  TraceTracker tracker;
+  alloc::AllocatorTraceTracker trace_callback;  // the exact callables torch holds (copies of these)
+  alloc::OutOfMemoryObserver oom_observer;
+  bool attached = false;  // handed to the allocator
+  int devices = 0;        // CUDA devices visible when attached (0: torch passed the hooks to no device allocator)
+};
+Plugin* g_plugin = nullptr;
 
 // PyTorch's format_size, so that the archive's reason reads like torch's own OutOfMemoryError.
 std::string format_size(std::uint64_t bytes) {
@@ -53,65 +76,177 @@ Function* function_at(const std::map<std::string, std::uint64_t>& addresses, con
   return reinterpret_cast<Function*>(static_cast<std::uintptr_t>(it->second));
 }
 
-// Torch's exact figures for a device; only where the allocator mutex is not held (the observer).
-bool exact_stats(int device, ExactStats& out) {
-  try {
-    const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-    constexpr std::size_t kAggregate = 0;  // StatType::AGGREGATE
-    out.allocated = stats.allocated_bytes[kAggregate].current;
-    out.reserved = stats.reserved_bytes[kAggregate].current;
-    out.peak_allocated = stats.allocated_bytes[kAggregate].peak;
-    out.peak_reserved = stats.reserved_bytes[kAggregate].peak;
-    return true;
-  } catch (...) {
-    return false;
+// Symbolises contexts that torch gathered (CapturedTraceback: _record_memory_history's context recording, or
+// CapturedTraceback::gather) and interns each as a stack, innermost frame first as torch lists them. Returns one
+// stack id per context, -1 where it has none. Takes the GIL (torch's Python symboliser reads code objects): never
+// with the allocator mutex held (observer time, or a test).
+std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vector<const Context*>& contexts) {
+  std::vector<std::int32_t> ids(contexts.size(), -1);
+  std::vector<torch::CapturedTraceback*> tracebacks;
+  std::vector<std::size_t> owners;
+  for (std::size_t i = 0; i < contexts.size(); ++i) {
+    if (contexts[i] == nullptr || !*contexts[i]) continue;
+    if (auto* tb = dynamic_cast<torch::CapturedTraceback*>(contexts[i]->get())) {
+      tracebacks.push_back(tb);
+      owners.push_back(i);
+    }
   }
+  if (tracebacks.empty()) return ids;
+  torch::SymbolizedTracebacks symbolized;
+  {
+    pybind11::gil_scoped_acquire gil;
+    symbolized = torch::symbolize(tracebacks);
+  }
+  std::vector<abi::Frame> frames;
+  for (std::size_t k = 0; k < symbolized.tracebacks.size() && k < owners.size(); ++k) {
+    frames.clear();
+    for (const std::uint64_t index : symbolized.tracebacks[k]) {
+      if (index >= symbolized.all_frames.size()) continue;
+      const auto& f = symbolized.all_frames[index];
+      abi::Frame frame;
+      frame.function = f.funcname.c_str();
+      frame.file = f.filename.c_str();
+      frame.line = static_cast<std::int32_t>(f.lineno);
+      frames.push_back(frame);
+    }
+    std::int32_t id = -1;
+    if (api.intern_stack(frames.data(), frames.size(), &id) == 0) ids[owners[k]] = id;
+  }
+  return ids;
+}
+
+// The failing device's state from torch's snapshot, as the C API's rows (PyTorch's _snapshot lays blocks out the
+// same way: each block's address is its segment's plus the sizes of the blocks before it).
+struct StateRows {
+  std::vector<abi::SegmentState> segments;
+  std::vector<abi::BlockState> blocks;
+};
+
+StateRows state_rows(const CApiTable& api, const alloc::SnapshotInfo& snapshot, int device) {
+  StateRows rows;
+  std::vector<const Context*> contexts;
+  for (const auto& segment : snapshot.segments) {
+    if (static_cast<int>(segment.device) != device) continue;
+    abi::SegmentState s;
+    s.address = static_cast<std::uint64_t>(segment.address);
+    s.total_size = static_cast<std::uint64_t>(segment.total_size);
+    s.stream = oomflight::torch_plugin::stream_value(segment.stream);
+    s.device = static_cast<std::int32_t>(segment.device);
+    s.is_expandable = segment.is_expandable ? 1 : 0;
+    rows.segments.push_back(s);
+    std::uint64_t address = s.address;
+    for (const auto& block : segment.blocks) {
+      abi::BlockState b;
+      b.address = address;
+      b.size = static_cast<std::uint64_t>(block.size);
+      b.requested_size = static_cast<std::uint64_t>(block.requested_size);
+      b.state = block.allocated ? abi::kBlockActiveAllocated
+                                : (block.active ? abi::kBlockActivePendingFree : abi::kBlockInactive);
+      rows.blocks.push_back(b);
+      contexts.push_back(&block.context_when_allocated);
+      address += b.size;
+    }
+  }
+  const std::vector<std::int32_t> stacks = intern_contexts(api, contexts);
+  for (std::size_t i = 0; i < rows.blocks.size(); ++i) rows.blocks[i].stack_id = stacks[i];
+  return rows;
+}
+
+// The observer's body: torch's exact figures (getDeviceStats) and state (snapshot) when it could give them.
+void observe(Plugin& p, std::int64_t device, std::size_t alloc_bytes, std::size_t device_total,
+             std::size_t device_free, const alloc::DeviceStats* stats, const alloc::SnapshotInfo* snapshot) {
+  ExactStats exact;
+  if (stats != nullptr) {
+    constexpr std::size_t kAggregate = 0;  // StatType::AGGREGATE
+    exact.allocated = stats->allocated_bytes[kAggregate].current;
+    exact.reserved = stats->reserved_bytes[kAggregate].current;
+    exact.peak_allocated = stats->allocated_bytes[kAggregate].peak;
+    exact.peak_reserved = stats->reserved_bytes[kAggregate].peak;
+  }
+  std::string reason;
+  StateRows rows;
+  AllocatorState state;
+  bool have_state = false;
+  try {
+    reason = "CUDA out of memory. Tried to allocate " + format_size(alloc_bytes) + ". GPU " + std::to_string(device) +
+             " has a total capacity of " + format_size(device_total) + " of which " + format_size(device_free) +
+             " is free.";
+    if (snapshot != nullptr) {
+      rows = state_rows(p.api, *snapshot, static_cast<int>(device));
+      state = AllocatorState{rows.segments.data(), rows.segments.size(), rows.blocks.data(), rows.blocks.size()};
+      have_state = !rows.segments.empty();
+    }
+  } catch (const std::exception& e) {
+    p.api.log(abi::kLogWarn, (std::string("the allocator state at the OOM is not in the archive: ") + e.what()).c_str());
+  } catch (...) {
+  }
+  p.tracker.on_out_of_memory(static_cast<int>(device), alloc_bytes, device_total, device_free,
+                             stats != nullptr ? &exact : nullptr, reason.c_str(), have_state ? &state : nullptr);
+}
+
+// torch's snapshot of every device: SnapshotInfo snapshot(MempoolId_t, bool include_traces) since 2.6 (without
+// traces: the ring has them), snapshot() before.
+template <typename Allocator>
+auto snapshot_of(Allocator* a, int) -> decltype(a->snapshot(c10::cuda::MempoolId_t{0, 0}, false)) {
+  return a->snapshot(c10::cuda::MempoolId_t{0, 0}, false);
+}
+template <typename Allocator>
+auto snapshot_of(Allocator* a, long) -> decltype(a->snapshot()) {
+  return a->snapshot();
 }
 
 // addresses: C API function name -> address (ctypes); seeds: (device, allocated, reserved, capacity) per device.
-// Returns "" once attached, else why not (nothing is attached then).
+// Builds the tracker and the two callbacks once; with `to_allocator`, hands them to torch's allocator.
+// Returns "" when done, else why not (nothing is attached then).
 std::string attach(const std::map<std::string, std::uint64_t>& addresses,
-                   const std::vector<std::tuple<int, std::int64_t, std::int64_t, std::uint64_t>>& seeds) {
+                   const std::vector<std::tuple<int, std::int64_t, std::int64_t, std::uint64_t>>& seeds,
+                   bool to_allocator, int devices) {
   try {
-    if (g_tracker != nullptr) return "";  // attached already: hooks cannot be detached, never attach twice
-    CApiTable api;
-    api.abi_version = function_at<int()>(addresses, "oomflight_abi_version");
-    api.record = function_at<int(int, int, std::uint64_t, std::uint64_t, std::uint64_t, std::int32_t)>(
-        addresses, "oomflight_record");
-    api.set_memory = function_at<int(int, const oomflight::torch_plugin::abi::Memory*)>(addresses,
-                                                                                          "oomflight_set_memory");
-    api.request_dump = function_at<int(const oomflight::torch_plugin::abi::DumpRequest*,
-                                       oomflight::torch_plugin::abi::DumpResult*)>(addresses,
-                                                                                   "oomflight_request_dump");
-    api.log = function_at<int(int, const char*)>(addresses, "oomflight_log");
-    if (!api.complete()) return "the oomflight C API table is incomplete (an older liboomflight?)";
-    if (api.abi_version() != oomflight::torch_plugin::abi::kVersion) {
-      return "liboomflight's C ABI version " + std::to_string(api.abi_version()) + " is not the plugin's " +
-             std::to_string(oomflight::torch_plugin::abi::kVersion);
+    if (g_plugin == nullptr) {
+      CApiTable api;
+      api.abi_version = function_at<int()>(addresses, "oomflight_abi_version");
+      api.record = function_at<int(int, int, std::uint64_t, std::uint64_t, std::uint64_t, std::int32_t)>(
+          addresses, "oomflight_record");
+      api.set_memory = function_at<int(int, const abi::Memory*)>(addresses, "oomflight_set_memory");
+      api.request_dump =
+          function_at<int(const abi::DumpRequest*, abi::DumpResult*)>(addresses, "oomflight_request_dump");
+      api.log = function_at<int(int, const char*)>(addresses, "oomflight_log");
+      api.intern_stack = function_at<int(const abi::Frame*, std::size_t, std::int32_t*)>(addresses,
+                                                                                        "oomflight_intern_stack");
+      if (!api.complete()) return "the oomflight C API table is incomplete (an older liboomflight?)";
+      if (api.abi_version() != abi::kVersion) {
+        return "liboomflight's C ABI version " + std::to_string(api.abi_version()) + " is not the plugin's " +
+               std::to_string(abi::kVersion);
+      }
+      auto plugin = std::make_unique<Plugin>(api);
+      for (const auto& [device, allocated, reserved, capacity] : seeds) {
+        plugin->tracker.seed(device, allocated, reserved, capacity);
+      }
+      Plugin* p = plugin.get();
+      p->trace_callback = [p](const Entry& entry) { p->tracker.on_entry(entry); };
+      p->oom_observer = [p](std::int64_t device, std::size_t alloc_bytes, std::size_t device_total,
+                            std::size_t device_free) {
+        std::unique_ptr<alloc::DeviceStats> stats;
+        std::unique_ptr<alloc::SnapshotInfo> snapshot;
+        try {
+          stats = std::make_unique<alloc::DeviceStats>(alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device)));
+        } catch (...) {
+        }
+        try {
+          snapshot = std::make_unique<alloc::SnapshotInfo>(snapshot_of(alloc::get(), 0));
+        } catch (...) {
+        }
+        observe(*p, device, alloc_bytes, device_total, device_free, stats.get(), snapshot.get());
+      };
+      g_plugin = plugin.release();
     }
+    if (!to_allocator || g_plugin->attached) return "";
     if (alloc::get() == nullptr) return "the CUDA caching allocator is not initialised (call after CUDA init)";
-    auto tracker = std::make_unique<TraceTracker>(api);
-    for (const auto& [device, allocated, reserved, capacity] : seeds) {
-      tracker->seed(device, allocated, reserved, capacity);
-    }
-    TraceTracker* t = tracker.get();
     // Throws for the cudaMallocAsync backend (c10::Error): reported, nothing attached.
-    alloc::attachAllocatorTraceTracker([t](const auto& entry) { t->on_entry(entry); });
-    g_tracker = tracker.release();
-    alloc::attachOutOfMemoryObserver(
-        [t](int64_t device, size_t alloc_bytes, size_t device_total, size_t device_free) {
-          ExactStats exact;
-          const bool have_exact = exact_stats(static_cast<int>(device), exact);
-          std::string reason;
-          try {
-            reason = "CUDA out of memory. Tried to allocate " + format_size(alloc_bytes) + ". GPU " +
-                     std::to_string(device) + " has a total capacity of " + format_size(device_total) +
-                     " of which " + format_size(device_free) + " is free.";
-          } catch (...) {
-          }
-          t->on_out_of_memory(static_cast<int>(device), alloc_bytes, device_total, device_free,
-                              have_exact ? &exact : nullptr, reason.c_str());
-        });
+    alloc::attachAllocatorTraceTracker(g_plugin->trace_callback);
+    alloc::attachOutOfMemoryObserver(g_plugin->oom_observer);
+    g_plugin->attached = true;
+    g_plugin->devices = devices;
     return "";
   } catch (const std::exception& e) {
     return std::string("cannot attach to the CUDA caching allocator: ") + e.what();
@@ -121,17 +256,218 @@ std::string attach(const std::map<std::string, std::uint64_t>& addresses,
 }
 
 std::map<std::string, std::uint64_t> counters() {
-  if (g_tracker == nullptr) return {};
-  return {{"forwarded", g_tracker->forwarded()},
-          {"unmapped", g_tracker->unmapped()},
-          {"not_recorded", g_tracker->not_recorded()},
-          {"observer_dumps", g_tracker->observer_dumps()}};
+  if (g_plugin == nullptr) return {};
+  return {{"forwarded", g_plugin->tracker.forwarded()},
+          {"unmapped", g_plugin->tracker.unmapped()},
+          {"not_recorded", g_plugin->tracker.not_recorded()},
+          {"observer_dumps", g_plugin->tracker.observer_dumps()},
+          {"attached", g_plugin->attached ? 1u : 0u},
+          {"devices", static_cast<std::uint64_t>(g_plugin->devices)}};
 }
+
+// What this build was compiled against, and which hooks it uses (python -m oomflight.torch --check).
+std::map<std::string, std::string> build_info() {
+  return {{"torch_version", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                                std::to_string(TORCH_VERSION_PATCH)},
+          {"hooks", "c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker, attachOutOfMemoryObserver"},
+          {"trace_entry", std::is_pointer_v<decltype(Entry::stream_)> ? "stream_ as a pointer" : "stream_ as an integer"}};
+}
+
+// ---- torch's own objects, built here, through the callbacks' bodies (tests and --check) ----
+
+Entry::Action action_named(const std::string& name) {
+  static const std::map<std::string, Entry::Action> kNames = {
+      {"alloc", Entry::Action::ALLOC},
+      {"free_requested", Entry::Action::FREE_REQUESTED},
+      {"free_completed", Entry::Action::FREE_COMPLETED},
+      {"segment_alloc", Entry::Action::SEGMENT_ALLOC},
+      {"segment_free", Entry::Action::SEGMENT_FREE},
+      {"segment_map", Entry::Action::SEGMENT_MAP},
+      {"segment_unmap", Entry::Action::SEGMENT_UNMAP},
+      {"snapshot", Entry::Action::SNAPSHOT},
+      {"oom", Entry::Action::OOM}};
+  const auto it = kNames.find(name);
+  if (it == kNames.end()) throw std::invalid_argument("unknown TraceEntry action '" + name + "'");
+  return it->second;
+}
+
+// torch's TraceEntry constructor: (action, device, addr, size, stream, mempool, time, context, ...) since 2.6,
+// (action, device, addr, size, stream, time, context) before.
+template <typename E, typename Stream>
+E make_entry(typename E::Action action, c10::DeviceIndex device, std::size_t addr, std::size_t size, Stream stream,
+             Context context) {
+  c10::approx_time_t now = c10::getApproximateTime();
+  if constexpr (std::is_constructible_v<E, typename E::Action, c10::DeviceIndex, std::size_t, std::size_t, Stream,
+                                        c10::cuda::MempoolId_t, c10::approx_time_t, Context>) {
+    return E(action, device, addr, size, stream, c10::cuda::MempoolId_t{0, 0}, now, std::move(context));
+  } else {
+    return E(action, device, static_cast<std::int64_t>(addr), size, stream, now, std::move(context));
+  }
+}
+
+using StreamType = decltype(Entry::stream_);
+
+template <typename Stream = StreamType>
+Stream stream_from(std::uint64_t value) {
+  if constexpr (std::is_pointer_v<Stream>) {
+    return reinterpret_cast<Stream>(static_cast<std::uintptr_t>(value));
+  } else {
+    return static_cast<Stream>(value);
+  }
+}
+
+Context gather_python_context() {
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, /*cpp=*/false);
+}
+
+// entries: (action name, device, addr, size, stream, with a Python context gathered here) -> through the trace
+// callback torch holds. Returns "" or the error.
+std::string feed(const std::vector<std::tuple<std::string, int, std::uint64_t, std::uint64_t, std::uint64_t, bool>>&
+                     entries) {
+  try {
+    if (g_plugin == nullptr) return "not attached";
+    for (const auto& [action, device, addr, size, stream, with_context] : entries) {
+      const Entry e = make_entry<Entry>(action_named(action), static_cast<c10::DeviceIndex>(device), addr, size,
+                                        stream_from(stream), with_context ? gather_python_context() : nullptr);
+      g_plugin->trace_callback(e);
+    }
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// The observer's body with a DeviceStats and a SnapshotInfo built here. stats: (allocated, reserved,
+// peak allocated, peak reserved) or empty; segments: (device, address, stream, is_expandable, blocks), blocks:
+// (size, requested_size, "active_allocated" | "active_pending_free" | "inactive", with a Python context).
+using BlockSpec = std::tuple<std::uint64_t, std::uint64_t, std::string, bool>;
+using SegmentSpec = std::tuple<int, std::uint64_t, std::uint64_t, bool, std::vector<BlockSpec>>;
+
+std::string observe_built(std::int64_t device, std::uint64_t alloc_bytes, std::uint64_t device_total,
+                          std::uint64_t device_free, const std::vector<std::int64_t>& stats,
+                          const std::vector<SegmentSpec>& segments, bool with_snapshot) {
+  try {
+    if (g_plugin == nullptr) return "not attached";
+    alloc::DeviceStats device_stats;
+    if (stats.size() == 4) {
+      device_stats.allocated_bytes[0].current = stats[0];
+      device_stats.reserved_bytes[0].current = stats[1];
+      device_stats.allocated_bytes[0].peak = stats[2];
+      device_stats.reserved_bytes[0].peak = stats[3];
+    }
+    alloc::SnapshotInfo snapshot;
+    for (const auto& [seg_device, address, stream, expandable, blocks] : segments) {
+      alloc::SegmentInfo s;
+      s.device = static_cast<c10::DeviceIndex>(seg_device);
+      s.address = static_cast<std::size_t>(address);
+      s.stream = stream_from<decltype(s.stream)>(stream);
+      s.is_expandable = expandable;
+      for (const auto& [size, requested, state, with_context] : blocks) {
+        alloc::BlockInfo b;
+        b.size = static_cast<std::size_t>(size);
+        b.requested_size = static_cast<std::size_t>(requested);
+        b.allocated = state == "active_allocated";
+        b.active = state != "inactive";
+        if (with_context) b.context_when_allocated = gather_python_context();
+        s.total_size += b.size;
+        if (b.allocated) s.allocated_size += b.size;
+        if (b.active) s.active_size += b.size;
+        s.blocks.push_back(std::move(b));
+      }
+      snapshot.segments.push_back(std::move(s));
+    }
+    observe(*g_plugin, device, alloc_bytes, device_total, device_free, stats.size() == 4 ? &device_stats : nullptr,
+            with_snapshot ? &snapshot : nullptr);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// The frames torch gathers here, symbolised (what a context of the caller's line would give).
+std::vector<std::tuple<std::string, std::string, int>> gather_frames() {
+  std::vector<std::tuple<std::string, std::string, int>> out;
+  const Context context = gather_python_context();
+  auto* tb = dynamic_cast<torch::CapturedTraceback*>(context.get());
+  if (tb == nullptr) return out;
+  const torch::SymbolizedTracebacks s = torch::symbolize({tb});
+  for (const std::uint64_t index : s.tracebacks.at(0)) {
+    const auto& f = s.all_frames.at(index);
+    out.emplace_back(f.funcname, f.filename, static_cast<int>(f.lineno));
+  }
+  return out;
+}
+
+// A tracker over a stand-in C API that only counts, fed one torch TraceEntry of every action and one observer call
+// with a DeviceStats and a one-segment SnapshotInfo: what `python -m oomflight.torch --check` can verify with no
+// device and no liboomflight session (nothing is written).
+namespace self_test {
+std::uint64_t recorded[abi::kSnapshot + 1] = {};
+std::uint64_t dumps = 0, segments = 0, blocks = 0, request_size = 0;
+int abi_version() { return abi::kVersion; }
+int record(int action, int, std::uint64_t, std::uint64_t, std::uint64_t, std::int32_t) {
+  if (action >= 0 && action <= abi::kSnapshot) ++recorded[action];
+  return 0;
+}
+int set_memory(int, const abi::Memory*) { return 0; }
+int request_dump(const abi::DumpRequest* r, abi::DumpResult*) {
+  ++dumps;
+  request_size = r->struct_size;
+  segments += r->segment_count;
+  blocks += r->block_count;
+  return 0;
+}
+int log(int, const char*) { return 0; }
+int intern_stack(const abi::Frame*, std::size_t, std::int32_t* id) {
+  *id = -1;
+  return 0;
+}
+
+std::map<std::string, std::uint64_t> run() {
+  CApiTable api;
+  api.abi_version = &abi_version;
+  api.record = &record;
+  api.set_memory = &set_memory;
+  api.request_dump = &request_dump;
+  api.log = &log;
+  api.intern_stack = &intern_stack;
+  Plugin p(api);
+  const char* names[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                         "segment_map", "segment_unmap", "snapshot", "oom"};
+  for (const char* name : names) p.tracker.on_entry(make_entry<Entry>(action_named(name), 0, 0x1000, 512,
+                                                                       stream_from(0), nullptr));
+  alloc::DeviceStats stats;
+  alloc::SnapshotInfo snapshot;
+  alloc::SegmentInfo segment;
+  segment.device = 0;
+  segment.address = 0x1000;
+  segment.total_size = 2 << 20;
+  alloc::BlockInfo block;
+  block.size = 2 << 20;
+  segment.blocks.push_back(block);
+  snapshot.segments.push_back(segment);
+  observe(p, 0, 1024, 8 << 20, 0, &stats, &snapshot);
+  std::map<std::string, std::uint64_t> out = {{"dumps", dumps}, {"segments", segments}, {"blocks", blocks},
+                                              {"request_size", request_size}};
+  const char* abi_names[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                             "segment_map", "segment_unmap", "oom", "snapshot"};  // the archive's numbering
+  static_assert(abi::kOom == 7 && abi::kSnapshot == 8);
+  for (int i = 0; i <= abi::kSnapshot; ++i) out[std::string("recorded_") + abi_names[i]] = recorded[i];
+  return out;
+}
+}  // namespace self_test
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "oomflight's CUDA caching-allocator hooks (see oomflight.torch)";
-  m.def("attach", &attach, "Attach the trace tracker and the OOM observer; returns '' or why not");
-  m.def("counters", &counters, "Entries forwarded, unmapped actions, ring drops, observer dumps");
+  m.def("attach", &attach, pybind11::arg("addresses"), pybind11::arg("seeds"), pybind11::arg("to_allocator"),
+        pybind11::arg("devices"),
+        "Build the trace tracker and the OOM observer (once) and, with to_allocator, attach them; '' or why not");
+  m.def("counters", &counters, "Entries forwarded, unmapped actions, ring drops, observer dumps, attached, devices");
+  m.def("build_info", &build_info, "The torch version this extension was compiled against, and its hooks");
+  m.def("_feed", &feed, "Test: torch TraceEntry objects built here, through the attached trace callback");
+  m.def("_observe", &observe_built, "Test: DeviceStats and SnapshotInfo built here, through the observer's body");
+  m.def("self_test", &self_test::run, "One TraceEntry of every action and one observer call over a counting C API");
+  m.def("_gather_frames", &gather_frames, "Test: the caller's frames as torch's CapturedTraceback gathers them");
 }

@@ -40,7 +40,21 @@ struct Memory {  ///< struct oomflight_memory
   std::uint64_t allocated_bytes = 0, reserved_bytes = 0, peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::uint64_t device_capacity_bytes = 0, device_free_bytes = 0;
 };
-struct DumpRequest {  ///< struct oomflight_dump_request
+struct Frame {  ///< struct oomflight_frame
+  const char* function = nullptr;
+  const char* file = nullptr;
+  std::int32_t line = 0;
+};
+struct SegmentState {  ///< struct oomflight_segment_state (PyTorch's SegmentInfo), bytes
+  std::uint64_t address = 0, total_size = 0, stream = 0;
+  std::int32_t device = 0, is_expandable = 0;
+};
+inline constexpr int kBlockActiveAllocated = 0, kBlockActivePendingFree = 1, kBlockInactive = 2;
+struct BlockState {  ///< struct oomflight_block_state (PyTorch's BlockInfo), bytes
+  std::uint64_t address = 0, size = 0, requested_size = 0;
+  std::int32_t stack_id = -1, state = kBlockInactive;
+};
+struct DumpRequest {  ///< struct oomflight_dump_request, the 0.3 layout (with the allocator state)
   std::uint32_t struct_size = sizeof(DumpRequest);
   std::int32_t kind = kDumpOom;
   const char* reason = nullptr;
@@ -48,6 +62,10 @@ struct DumpRequest {  ///< struct oomflight_dump_request
   std::int32_t device = -1;
   std::int32_t reserved0 = 0;
   std::int64_t batch = -1;
+  const SegmentState* segments = nullptr;
+  std::uint64_t segment_count = 0;
+  const BlockState* blocks = nullptr;
+  std::uint64_t block_count = 0;
 };
 struct DumpResult {  ///< struct oomflight_dump_result
   std::uint32_t struct_size = sizeof(DumpResult);
@@ -55,7 +73,8 @@ struct DumpResult {  ///< struct oomflight_dump_result
   std::int64_t batch = -1;
   double seconds = 0.0;
 };
-static_assert(sizeof(Memory) == 56 && sizeof(DumpRequest) == 48 && sizeof(DumpResult) == 32);
+static_assert(sizeof(Memory) == 56 && sizeof(DumpRequest) == 80 && sizeof(DumpResult) == 32);
+static_assert(sizeof(Frame) == 24 && sizeof(SegmentState) == 32 && sizeof(BlockState) == 32);
 }  // namespace abi
 
 /// The C API functions the plugin calls (addresses from ctypes). Every pointer must be set before attaching.
@@ -66,10 +85,11 @@ struct CApiTable {
   int (*set_memory)(int device, const abi::Memory* memory) = nullptr;
   int (*request_dump)(const abi::DumpRequest* request, abi::DumpResult* result) = nullptr;
   int (*log)(int level, const char* message) = nullptr;
+  int (*intern_stack)(const abi::Frame* frames, std::size_t count, std::int32_t* stack_id) = nullptr;
 
   bool complete() const noexcept {
     return abi_version != nullptr && record != nullptr && set_memory != nullptr && request_dump != nullptr &&
-           log != nullptr;
+           log != nullptr && intern_stack != nullptr;
   }
 };
 
@@ -115,6 +135,16 @@ struct DeviceGauges {
 /// Exact figures of one device from torch's getDeviceStats (observer time only: the mutex is free then).
 struct ExactStats {
   std::int64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
+};
+
+/// The failing device's allocator state at the OOM, as rows of the C API (built by the extension from torch's
+/// snapshot(): segments with their blocks, block addresses from the segment's address and the sizes before them,
+/// blocks' stack ids interned from their contexts). Borrowed for the observer call.
+struct AllocatorState {
+  const abi::SegmentState* segments = nullptr;
+  std::size_t segment_count = 0;
+  const abi::BlockState* blocks = nullptr;
+  std::size_t block_count = 0;
 };
 
 /// Forwards trace entries and OOM observer calls to liboomflight. Thread-safety: on_entry may run concurrently
@@ -170,9 +200,11 @@ class TraceTracker {
   /// The OutOfMemoryObserver body (device, the allocation torch tried, the device's total and free bytes, as
   /// torch passes them). Records the oom event if the trace did not (torch before 2.4 recorded it only with
   /// memory history on), publishes the exact figures when given, and asks every rank for an oom dump; returns
-  /// once the dump is written. `reason` is the text for the archive; may be nullptr.
+  /// once the dump is written. `reason` is the text for the archive; may be nullptr. `state`, when given, is sent
+  /// with the request (the 0.3 request): the origin's /state_segments and /state_blocks are then torch's own.
   int on_out_of_memory(int device, std::uint64_t alloc_bytes, std::uint64_t device_total,
-                       std::uint64_t device_free, const ExactStats* exact, const char* reason) noexcept {
+                       std::uint64_t device_free, const ExactStats* exact, const char* reason,
+                       const AllocatorState* state = nullptr) noexcept {
     if (device >= 0 && device < abi::kMaxDevices) {
       DeviceGauges& g = gauges_[device];
       if (!g.oom_entry_seen.exchange(false, std::memory_order_relaxed)) {
@@ -195,6 +227,12 @@ class TraceTracker {
     request.requested_bytes = alloc_bytes;
     request.device_free_bytes = device_free;
     request.device = (device >= 0 && device < abi::kMaxDevices) ? device : -1;
+    if (state != nullptr) {
+      request.segments = state->segments;
+      request.segment_count = state->segment_count;
+      request.blocks = state->blocks;
+      request.block_count = state->block_count;
+    }
     abi::DumpResult result;
     const int code = api_.request_dump(&request, &result);
     observer_dumps_.fetch_add(1, std::memory_order_release);

@@ -16,10 +16,10 @@ script) records every CUDA caching-allocator event; see docs/pytorch.md.
 """
 from __future__ import annotations
 
-import ctypes
-import datetime
-import threading
-from typing import Iterable, Sequence
+import ctypes as _ctypes
+import datetime as _datetime
+import threading as _threading
+from typing import Iterable as _Iterable
 
 from . import _capi
 from ._capi import ConfigError, DumpError, DumpResult, OomflightError, StateError
@@ -31,7 +31,7 @@ __all__ = [
     "request_dump", "set_memory", "settings_to_variables", "shutdown", "trigger_oom", "version",
 ]
 
-_state_lock = threading.Lock()
+_state_lock = _threading.Lock()
 _initialized = False
 
 
@@ -48,7 +48,7 @@ def library_path() -> str:
 def _setting_text(name: str, value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, datetime.timedelta):
+    if isinstance(value, _datetime.timedelta):
         return f"{round(value.total_seconds() * 1000)}ms"
     if isinstance(value, float) and name in ("OOMFLIGHT_DUMP_TIMEOUT", "OOMFLIGHT_POLL_INTERVAL"):
         return f"{round(value * 1000)}ms"  # seconds, as Python's own timeouts are given
@@ -59,7 +59,7 @@ def _setting_text(name: str, value: object) -> str:
 
 def settings_to_variables(**settings: object) -> dict[str, str]:
     """Keyword settings as OOMFLIGHT_* (name, text) pairs: ``dump_timeout=3`` -> OOMFLIGHT_DUMP_TIMEOUT="3s".
-    Durations may be strings ("250ms"), seconds (int or float) or datetime.timedelta; booleans become 1/0. The
+    Durations may be strings ("250ms"), seconds (int or float) or _datetime.timedelta; booleans become 1/0. The
     names and texts are checked by the library (init), not here."""
     return {f"OOMFLIGHT_{key.upper()}": _setting_text(f"OOMFLIGHT_{key.upper()}", value)
             for key, value in settings.items()}
@@ -72,8 +72,8 @@ def init(**settings: object) -> None:
     initialised), MemoryError (the history does not fit) or OomflightError (MPI could not start)."""
     global _initialized
     variables = settings_to_variables(**settings)
-    names = (ctypes.c_char_p * max(1, len(variables)))(*[k.encode() for k in variables])
-    values = (ctypes.c_char_p * max(1, len(variables)))(*[v.encode() for v in variables.values()])
+    names = (_ctypes.c_char_p * max(1, len(variables)))(*[k.encode() for k in variables])
+    values = (_ctypes.c_char_p * max(1, len(variables)))(*[v.encode() for v in variables.values()])
     with _state_lock:
         _capi.check(_capi.library().oomflight_init_settings(names, values, len(variables)))
         _initialized = True
@@ -86,8 +86,8 @@ def initialized() -> bool:
 
 def rank() -> tuple[int, int]:
     """(rank, world size) of this process: (0, 1) without MPI."""
-    r, size = ctypes.c_int(-1), ctypes.c_int(-1)
-    _capi.check(_capi.library().oomflight_rank(ctypes.byref(r), ctypes.byref(size)))
+    r, size = _ctypes.c_int(-1), _ctypes.c_int(-1)
+    _capi.check(_capi.library().oomflight_rank(_ctypes.byref(r), _ctypes.byref(size)))
     return r.value, size.value
 
 
@@ -122,14 +122,14 @@ def annotate(**metadata: object) -> None:
         _capi.check(lib.oomflight_set_metadata(str(key).encode(), str(value).encode()))
 
 
-def intern_stack(frames: Iterable[tuple[str, str, int]]) -> int:
+def intern_stack(frames: _Iterable[tuple[str, str, int]]) -> int:
     """Interns a stack, innermost frame first, as (function, file, line) tuples; returns its id for record().
     Takes a lock: intern each distinct stack once."""
     frames = list(frames)
     array = (_capi.Frame * max(1, len(frames)))(
         *[_capi.Frame(f.encode(), file.encode(), int(line)) for f, file, line in frames])
-    stack_id = ctypes.c_int32(-1)
-    _capi.check(_capi.library().oomflight_intern_stack(array, len(frames), ctypes.byref(stack_id)))
+    stack_id = _ctypes.c_int32(-1)
+    _capi.check(_capi.library().oomflight_intern_stack(array, len(frames), _ctypes.byref(stack_id)))
     return stack_id.value
 
 
@@ -137,13 +137,13 @@ def set_memory(device: int, *, allocated: int = 0, reserved: int = 0, peak_alloc
                peak_reserved: int = 0, capacity: int = 0, free: int = 0) -> None:
     """Publishes one device's memory figures in bytes (torch.cuda.memory_allocated / memory_reserved meanings;
     capacity and free as cudaMemGetInfo reports them); a dump reports the last figures of its device."""
-    m = _capi.Memory(ctypes.sizeof(_capi.Memory), 0, allocated, reserved, peak_allocated, peak_reserved, capacity,
+    m = _capi.Memory(_ctypes.sizeof(_capi.Memory), 0, allocated, reserved, peak_allocated, peak_reserved, capacity,
                      free)
-    _capi.check(_capi.library().oomflight_set_memory(device, ctypes.byref(m)))
+    _capi.check(_capi.library().oomflight_set_memory(device, _ctypes.byref(m)))
 
 
 def _dump_result() -> _capi.DumpResultStruct:
-    return _capi.DumpResultStruct(ctypes.sizeof(_capi.DumpResultStruct), 2, 0, 0, -1, 0.0)
+    return _capi.DumpResultStruct(_ctypes.sizeof(_capi.DumpResultStruct), 2, 0, 0, -1, 0.0)
 
 
 def _finish_dump(code: int, raw: _capi.DumpResultStruct) -> DumpResult:
@@ -163,10 +163,10 @@ def request_dump(kind: str = "signal", *, reason: str = "", device: int = -1, ba
     "disabled", and the path. Raises ValueError for a bad kind or device, StateError before init()."""
     if kind not in _capi.DUMP_KINDS:
         raise ValueError(f"request_dump: kind {kind!r} is not one of {', '.join(_capi.DUMP_KINDS)}")
-    req = _capi.DumpRequest(ctypes.sizeof(_capi.DumpRequest), _capi.DUMP_KINDS[kind], reason.encode(),
+    req = _capi.DumpRequest(_ctypes.sizeof(_capi.DumpRequest), _capi.DUMP_KINDS[kind], reason.encode(),
                             requested_bytes, device_free_bytes, device, 0, batch)
     raw = _dump_result()
-    code = _capi.library().oomflight_request_dump(ctypes.byref(req), ctypes.byref(raw))
+    code = _capi.library().oomflight_request_dump(_ctypes.byref(req), _ctypes.byref(raw))
     return _finish_dump(code, raw)
 
 

@@ -13,7 +13,7 @@ import atexit
 import importlib.abc
 import sys
 
-STATE = {"started": False, "torch_hooked": False, "uncaught": False}
+STATE = {"started": False, "torch_hooked": False, "uncaught": False, "exit_hooked": False}
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):
@@ -75,12 +75,21 @@ def _at_exit() -> None:
         print(f"oomflight warn: shutdown: {e}", file=sys.stderr)
 
 
+def shutdown_at_normal_exit() -> None:
+    """oomflight.shutdown() at a normal exit, not after an uncaught exception; once (oomflight run, and the trainer
+    callbacks and oomflight.torch.install when they start oomflight)."""
+    if STATE["exit_hooked"]:
+        return
+    STATE["exit_hooked"] = True
+    _excepthook_wrapper()
+    atexit.register(_at_exit)
+
+
 def start() -> None:
     if STATE["started"]:
         return
     STATE["started"] = True
-    _excepthook_wrapper()
-    atexit.register(_at_exit)
+    shutdown_at_normal_exit()
     if "torch" in sys.modules:
         _hook_torch()
     else:

@@ -5,21 +5,25 @@
 
 install() initialises oomflight (the OOMFLIGHT_* environment, with keyword overrides) and attaches the
 extension (plugins/pytorch) once torch's CUDA is initialised: the allocator's trace tracker forwards each
-TraceEntry to the ring, and its out-of-memory observer asks every rank for an oom dump with PyTorch's figures
-before torch raises OutOfMemoryError. Batches are marked at every optimizer step (torch's global optimizer step
-hooks) unless the job marks them itself. Anything that cannot work here (no CUDA, the cudaMallocAsync backend,
-an old torch, no compiler) is logged once and training goes on unwatched.
+TraceEntry to the ring, and its out-of-memory observer asks every rank for an oom dump with PyTorch's figures and
+allocator state before torch raises OutOfMemoryError. Batches are marked at every optimizer step (torch's global
+optimizer step hooks) unless the job marks them itself. Anything that cannot work here (no CUDA device, the
+cudaMallocAsync backend, an old torch, no extension for this torch and no compiler) is logged once; without a
+device oomflight still starts at once, so batches, metadata and on-demand dumps work on a CPU job too.
+
+    python -m oomflight.torch --check  # what works here: torch, the extension, the hooks, the device
 """
 from __future__ import annotations
 
-import ctypes
-import threading
+import threading as _threading
 
-import oomflight
+import oomflight as _oomflight
 from . import _capi, _extension
 
-_lock = threading.Lock()
-_state = {
+__all__ = ["install", "status", "stop_marking_batches", "check"]
+
+_lock = _threading.Lock()
+_state: dict = {
     "installed": False,        # install() ran
     "attached": False,         # the allocator hooks are attached
     "why_not": "",             # why they are not, once known
@@ -31,17 +35,36 @@ _state = {
 
 def _log(level: str, message: str) -> None:
     try:
-        oomflight.log(level, message)
+        _oomflight.log(level, message)
     except Exception:  # noqa: BLE001 - logging must never break training
         import sys
         print(f"oomflight {level}: {message}", file=sys.stderr)
 
 
 def _function_addresses() -> dict[str, int]:
+    import ctypes
+
     lib = _capi.library()
     names = ("oomflight_abi_version", "oomflight_record", "oomflight_set_memory", "oomflight_request_dump",
-             "oomflight_log")
+             "oomflight_log", "oomflight_intern_stack")
     return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in names}
+
+
+def _start() -> None:
+    """oomflight.init() with install()'s settings, once; batch 0 starts here when the optimizer hook marks them
+    (every event before the first optimizer step belongs to batch 0, and step N's hook starts batch N + 1)."""
+    if not _oomflight.initialized():
+        _oomflight.init(**_state.get("settings", {}))
+        from . import _autostart
+
+        _autostart.shutdown_at_normal_exit()
+        if _state["auto_batches"] and not _oomflight._explicit_batches:
+            _mark(0)
+
+
+def _mark(batch: int) -> None:
+    _state["batch"] = batch
+    _capi.library().oomflight_mark_batch(batch)
 
 
 def _attach() -> None:
@@ -52,36 +75,36 @@ def _attach() -> None:
         if _state["attached"]:
             return
         try:
-            if not oomflight.initialized():
-                oomflight.init(**_state.get("settings", {}))
+            _start()
             backend = torch.cuda.memory.get_allocator_backend()
             if backend != "native":
                 raise _extension.PluginError(f"the {backend} allocator backend has no trace hooks "
                                              "(PYTORCH_CUDA_ALLOC_CONF=backend:native is needed)")
             module = _extension.load(torch)
             seeds = []
-            for device in range(min(torch.cuda.device_count(), 64)):
+            devices = min(torch.cuda.device_count(), 64)
+            for device in range(devices):
                 stats = torch.cuda.memory_stats(device)
                 seeds.append((device, int(stats.get("allocated_bytes.all.current", 0)),
                               int(stats.get("reserved_bytes.all.current", 0)),
                               int(torch.cuda.get_device_properties(device).total_memory)))
-            why = module.attach(_function_addresses(), seeds)
+            why = module.attach(_function_addresses(), seeds, True, devices)
             if why:
                 raise _extension.PluginError(why)
             _state["attached"] = True
             _state["module"] = module
-            _log("debug", f"attached to the CUDA caching allocator of torch {torch.__version__}")
+            _log("debug", f"attached to the CUDA caching allocator of torch {torch.__version__} "
+                          f"({_extension.how_loaded()})")
         except Exception as e:  # noqa: BLE001 - never into training
             _state["why_not"] = str(e)
             _log("warn", f"not recording CUDA allocator events: {e}")
 
 
 def _optimizer_step_hook(optimizer, args, kwargs) -> None:
-    if not _state["auto_batches"] or oomflight._explicit_batches or not oomflight.initialized():
+    if not _state["auto_batches"] or _oomflight._explicit_batches or not _oomflight.initialized():
         return
-    _state["batch"] += 1
     try:
-        _capi.library().oomflight_mark_batch(_state["batch"])
+        _mark(_state["batch"] + 1)
     except Exception:  # noqa: BLE001
         pass
 
@@ -94,8 +117,9 @@ def stop_marking_batches() -> None:
 
 def install(*, mark_batches: bool = True, **settings: object) -> bool:
     """Installs the hooks in this process; idempotent. `settings` as oomflight.init's (used when install
-    initialises oomflight). Returns True when the hooks are (or will be, at CUDA init) attached; False with a
-    logged reason when they cannot be (then nothing changes for the job)."""
+    initialises oomflight). Returns True when the allocator hooks are (or will be, at CUDA init) attached; False
+    with one logged warning when they cannot be. Without a CUDA device oomflight starts at once and records
+    batches and metadata (and dumps on demand) with no allocator events."""
     import torch
 
     with _lock:
@@ -104,16 +128,27 @@ def install(*, mark_batches: bool = True, **settings: object) -> bool:
         _state["installed"] = True
         _state["settings"] = settings
         _state["auto_batches"] = mark_batches
+    if mark_batches:
+        # torch.optim's namespace does not keep the submodule as an attribute (2.11): import it by name.
+        import importlib
+
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        if hasattr(optimizer, "register_optimizer_step_post_hook"):
+            optimizer.register_optimizer_step_post_hook(_optimizer_step_hook)
     try:
-        _extension.check_toolchain(torch)
+        _extension.check_torch(torch)
+        if not torch.cuda.is_available():
+            raise _extension.PluginError(
+                f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False): the caching "
+                "allocator's hooks are not attached; batches, metadata and on-demand dumps are still recorded")
     except _extension.PluginError as e:
         _state["why_not"] = str(e)
         _log("warn", f"not recording CUDA allocator events: {e}")
+        with _lock:
+            _start()  # no CUDA initialisation to wait for: start now
         return False
-    if mark_batches and hasattr(torch.optim.optimizer, "register_optimizer_step_post_hook"):
-        torch.optim.optimizer.register_optimizer_step_post_hook(_optimizer_step_hook)
-    # After CUDA's initialisation: a tracker attached before it is silently dropped, and oomflight's MPI is
-    # initialised only once the job has chosen its device (docs/pytorch.md).
+    # After CUDA's initialisation: a tracker attached before it reaches no device allocator, and oomflight's MPI
+    # is initialised only once the job has chosen its device (docs/pytorch.md).
     if torch.cuda.is_initialized():
         _attach()
     else:
@@ -122,10 +157,13 @@ def install(*, mark_batches: bool = True, **settings: object) -> bool:
 
 
 def status() -> dict:
-    """What install() achieved: installed, attached, why_not, and the extension's counters."""
+    """What install() achieved: installed, attached, why_not, batch, auto_batches, how the extension was loaded,
+    and its counters (forwarded, unmapped, not_recorded, observer_dumps, devices)."""
     out = {k: _state[k] for k in ("installed", "attached", "why_not", "batch", "auto_batches")}
     module = _state.get("module")
     if module is not None:
+        out["extension"] = getattr(module, "__file__", "")
+        out["loaded"] = _extension.how_loaded()
         out.update(module.counters())
     return out
 
@@ -140,3 +178,80 @@ def _take_observer_dump() -> bool:
         _state["observer_dumps_seen"] = taken
         return True
     return False
+
+
+def check(out=None) -> int:
+    """The diagnostic of ``python -m oomflight.torch --check``: prints what works here (the package, liboomflight,
+    torch, the extension and how it was built, the hooks, the device, what was verified without one) and returns
+    0 when the extension and liboomflight load, else 1 with what is missing."""
+    import sys
+    from pathlib import Path
+
+    out = out or sys.stdout
+    ok = True
+
+    def say(text: str) -> None:
+        print(text, file=out)
+
+    say(f"oomflight package: {Path(_oomflight.__file__).parent}")
+    try:
+        say(f"liboomflight: {_oomflight.version()} at {_oomflight.library_path()}")
+    except (OSError, ImportError) as e:
+        ok = False
+        say(f"liboomflight: MISSING: {e}")
+    try:
+        import torch
+    except ImportError as e:
+        say(f"torch: MISSING: {e}")
+        return 1
+    say(f"torch: {torch.__version__} (CUDA {torch.version.cuda}) at {Path(torch.__file__).parent}")
+    try:
+        module = _extension.load(torch)
+        info = module.build_info()
+        say(f"extension: {module.__file__}")
+        say(f"  {_extension.how_loaded()}, compiled against torch {info['torch_version']}")
+        say(f"hooks: {info['hooks']}; allocator backend {torch.cuda.memory.get_allocator_backend()}")
+        result = module.self_test()
+        actions = sum(1 for k, v in result.items() if k.startswith("recorded_") and v == 1)
+        say(f"verified without a device: {actions} of 9 torch TraceEntry actions recorded by name through the "
+            f"trace callback; the OOM observer sent {result['dumps']} dump request of {result['request_size']} "
+            f"bytes (0.3: with the allocator state) carrying {result['segments']} segment and {result['blocks']} "
+            "block from a SnapshotInfo")
+        if actions != 9 or result["dumps"] != 1 or result["segments"] != 1:
+            ok = False
+            say(f"  SELF-TEST FAILED: {result}")
+    except _extension.PluginError as e:
+        ok = False
+        say(f"extension: MISSING: {e}")
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(d) for d in range(torch.cuda.device_count())]
+        say(f"device: {len(names)} CUDA device(s): {', '.join(names)}; the hooks attach at CUDA initialisation")
+    else:
+        say("device: none (torch.cuda.is_available() is False): the hooks cannot attach here; batches, metadata "
+            "and on-demand dumps still work")
+    say("ok" if ok else "NOT OK: see the lines marked MISSING or FAILED")
+    return 0 if ok else 1
+
+
+def _main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m oomflight.torch",
+                                     description="oomflight's PyTorch hooks: what works in this environment")
+    parser.add_argument("--check", action="store_true", help="print the diagnostic; exit 0 when the extension "
+                        "and liboomflight load, 1 otherwise")
+    args = parser.parse_args(argv)
+    if not args.check:
+        parser.print_help()
+        return 2
+    return check()
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    # Run as a script, this file is __main__, not oomflight.torch: use the package's module so that its state is
+    # the one install() would use.
+    from oomflight import torch as _package_module
+
+    _sys.exit(_package_module._main(_sys.argv[1:]))

@@ -14,6 +14,9 @@ import h5py
 
 PYTHON_ROOT = Path(__file__).resolve().parent.parent  # python/, holding the package
 CLI = os.environ.get("TEST_CLI", "")
+# The real-torch tests: the package installed with its extension built against the torch environment's torch
+# (test_torch_install.py puts it there; ctest passes the folder). Empty elsewhere.
+TORCH_SITE = os.environ.get("TEST_TORCH_SITE", "")
 MPIRUN_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
               "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
@@ -39,7 +42,8 @@ def child_env(**extra: str) -> dict:
     library's path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")}
     env["OOMFLIGHT_LIBRARY"] = os.environ["OOMFLIGHT_LIBRARY"]
-    env["PYTHONPATH"] = str(PYTHON_ROOT) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    first = TORCH_SITE or str(PYTHON_ROOT)  # the installed package (with its extension) when there is one
+    env["PYTHONPATH"] = first + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(MPIRUN_ENV)
     env.update(extra)
     return env
@@ -63,3 +67,18 @@ def archives(folder: Path) -> list[Path]:
 
 
 PY = sys.executable
+
+
+def frames_of(f: "h5py.File", stack_id: int) -> list[tuple[str, str, int]]:
+    """The frames of a stack of an archive, innermost first, as (function, file, line)."""
+    if stack_id < 0:
+        return []
+    strings = f["strings"][()]
+    blob = f["string_data"][()].tobytes()
+
+    def text(i: int) -> str:
+        return blob[strings[i]["offset"]: strings[i]["offset"] + strings[i]["length"]].decode()
+
+    st = f["stacks"][stack_id]
+    rows = f["frames"][f["stack_frames"][st["frame_offset"]: st["frame_offset"] + st["frame_count"]]]
+    return [(text(r["function"]), text(r["file"]), int(r["line"])) for r in rows]

@@ -28,11 +28,20 @@ static_assert(tp::abi::kAlloc == OOMFLIGHT_ALLOC && tp::abi::kFreeRequested == O
 static_assert(tp::abi::kDumpOom == OOMFLIGHT_DUMP_OOM && tp::abi::kLogWarn == OOMFLIGHT_LOG_WARN);
 static_assert(sizeof(tp::abi::Memory) == sizeof(oomflight_memory) &&
               offsetof(tp::abi::Memory, device_free_bytes) == offsetof(oomflight_memory, device_free_bytes));
-// The plugin passes the request as ABI 1.0 laid it out (no allocator state yet): the library accepts it by its
-// struct_size, and these tests drive that path.
-static_assert(sizeof(tp::abi::DumpRequest) == offsetof(oomflight_dump_request, segments) &&
+// The plugin passes the 0.3 request (with the allocator state), laid out as the header's.
+static_assert(sizeof(tp::abi::DumpRequest) == sizeof(oomflight_dump_request) &&
               offsetof(tp::abi::DumpRequest, batch) == offsetof(oomflight_dump_request, batch) &&
-              offsetof(tp::abi::DumpRequest, device) == offsetof(oomflight_dump_request, device));
+              offsetof(tp::abi::DumpRequest, device) == offsetof(oomflight_dump_request, device) &&
+              offsetof(tp::abi::DumpRequest, segments) == offsetof(oomflight_dump_request, segments) &&
+              offsetof(tp::abi::DumpRequest, block_count) == offsetof(oomflight_dump_request, block_count));
+static_assert(sizeof(tp::abi::SegmentState) == sizeof(oomflight_segment_state) &&
+              offsetof(tp::abi::SegmentState, device) == offsetof(oomflight_segment_state, device) &&
+              offsetof(tp::abi::SegmentState, is_expandable) == offsetof(oomflight_segment_state, is_expandable));
+static_assert(sizeof(tp::abi::BlockState) == sizeof(oomflight_block_state) &&
+              offsetof(tp::abi::BlockState, stack_id) == offsetof(oomflight_block_state, stack_id) &&
+              offsetof(tp::abi::BlockState, state) == offsetof(oomflight_block_state, state));
+static_assert(sizeof(tp::abi::Frame) == sizeof(oomflight_frame) &&
+              offsetof(tp::abi::Frame, line) == offsetof(oomflight_frame, line));
 static_assert(sizeof(tp::abi::DumpResult) == sizeof(oomflight_dump_result));
 
 namespace torch24 {  // torch 2.4: c10::cuda::CUDACachingAllocator::TraceEntry

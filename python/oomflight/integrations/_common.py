@@ -1,30 +1,48 @@
 """What the trainer callbacks share: settings from Composer-style arguments, and start-up."""
 from __future__ import annotations
 
+import os
+
 import oomflight
 
 # Arguments of Composer's MemorySnapshot / OOMObserver that oomflight has too (same meaning).
 _OVERLAP = ("max_entries", "folder", "overwrite")
-# Composer's schedule arguments: interval-scoped snapshots are not built yet (issue 8).
-_SCHEDULE = ("skip_batches", "interval")
+
+
+def interval_text(value: object) -> str:
+    """Composer's interval as oomflight's OOMFLIGHT_INTERVAL text: a time string ("2ba") as it is, a Composer Time
+    (its to_timestring()), an int as that many batches. Units other than batches are refused by the library, with
+    the value named."""
+    if isinstance(value, bool):
+        raise ValueError(f"interval: {value!r} is not a number of batches")
+    if isinstance(value, int):
+        return f"{value}ba"
+    to_timestring = getattr(value, "to_timestring", None)
+    return to_timestring() if callable(to_timestring) else str(value)
 
 
 def settings_from(kwargs: dict) -> dict:
-    """oomflight.init keyword settings from a callback's arguments; None means "the environment's"."""
-    for name in _SCHEDULE:
-        if kwargs.get(name) is not None:
-            raise NotImplementedError(f"{name}: scheduled snapshots are not available in this oomflight yet; "
-                                      "only out-of-memory dumps are taken")
-    return {k: v for k, v in kwargs.items() if v is not None and k not in _SCHEDULE}
+    """oomflight.init keyword settings from a callback's arguments; None means "the environment's". skip_batches
+    and interval are Composer's MemorySnapshot schedule: OOMFLIGHT_SKIP_BATCHES and OOMFLIGHT_INTERVAL (one window of
+    batches [skip_batches, skip_batches + interval), written by every rank as one archive of kind snapshot)."""
+    settings = {k: v for k, v in kwargs.items() if v is not None}
+    if "interval" in settings:
+        settings["interval"] = interval_text(settings["interval"])
+    return settings
 
 
 def start(settings: dict, run_name: str | None, install_torch: bool) -> None:
     """Initialises oomflight (once per process) and installs the torch hooks without the optimizer-step batch
-    marks: the callback marks batches from the trainer's own count."""
-    if run_name and "run_name" not in settings:
+    marks: the callback marks batches from the trainer's own count. The trainer's run name is used unless a
+    setting or OOMFLIGHT_RUN_NAME (`oomflight run --run-name`) names the run. A process the callback started shuts
+    oomflight down at its normal exit (under mpirun, MPI_Finalize: without it the job counts as failed)."""
+    if run_name and "run_name" not in settings and not os.environ.get("OOMFLIGHT_RUN_NAME"):
         settings = dict(settings, run_name=run_name)
     if not oomflight.initialized():
         oomflight.init(**settings)
+        from oomflight import _autostart
+
+        _autostart.shutdown_at_normal_exit()
     if install_torch:
         try:
             import torch  # noqa: F401

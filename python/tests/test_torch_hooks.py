@@ -1,0 +1,141 @@
+"""The built extension in a real torch process, no GPU: torch's own TraceEntry objects (every action, two devices,
+streams) through the exact trace callback the extension hands to the allocator; the OOM observer's body with real
+DeviceStats and SnapshotInfo objects, whose blocks carry real Python contexts gathered by torch's CapturedTraceback;
+and install() against the real allocator with no device. Archives are read with h5py."""
+import json
+import textwrap
+import unittest
+
+import h5py
+
+from support import PY, TORCH_SITE, child_env, frames_of, read_archive, run, scratch
+
+MiB = 1 << 20
+GiB = 1 << 30
+ACTIONS = {"alloc": 0, "free_requested": 1, "free_completed": 2, "segment_alloc": 3, "segment_free": 4,
+           "segment_map": 5, "segment_unmap": 6, "oom": 7, "snapshot": 8, "step": 9}
+
+# (action, device, addr, size, stream, with a Python context)
+ENTRIES = [
+    ("segment_alloc", 0, 0x7F0000000000, 20 * MiB, 0x51, True),
+    ("alloc", 0, 0x7F0000000000, 8 * MiB, 0x51, True),
+    ("alloc", 1, 0x7E0000000000, 4 * MiB, 0x52, False),
+    ("segment_map", 1, 0x7D0000000000, 2 * MiB, 0x52, False),
+    ("free_requested", 0, 0x7F0000000000, 8 * MiB, 0x51, True),
+    ("free_completed", 0, 0x7F0000000000, 8 * MiB, 0x51, False),
+    ("snapshot", 0, 0, 0, 0, False),
+    ("segment_unmap", 1, 0x7D0000000000, 2 * MiB, 0x52, False),
+    ("segment_free", 1, 0x7C0000000000, 2 * MiB, 0x52, False),
+    ("oom", 0, 3 * MiB, 64 * MiB, 0x51, True),  # addr = the device's free bytes, size = the request
+]
+
+JOB = textwrap.dedent("""
+    import json, sys, torch, oomflight, oomflight._extension as ext, oomflight.torch as ot
+    oomflight.init(run_name="hooks", folder="out")
+    m = ext.load(torch)
+    assert m.attach(ot._function_addresses(), [(0, 0, 0, 80 << 30), (1, 0, 0, 80 << 30)], False, 0) == ""
+    entries = [tuple(e) for e in json.loads(sys.argv[1])]
+    why = m._feed(entries)
+    assert why == "", why
+    MiB = 1 << 20
+    blocks = [(2 * MiB, 2 * MiB - 100, "active_allocated", True), (6 * MiB, 6 * MiB, "inactive", False),
+              (4 * MiB, 3 * MiB, "active_pending_free", False), (8 * MiB, 8 * MiB, "active_allocated", False)]
+    other = [(2 * MiB, 2 * MiB, "active_allocated", False)]
+    segments = [(0, 0x7F0000000000, 0x51, False, blocks), (1, 0x7E0000000000, 0x52, True, other),
+                (0, 0x7B0000000000, 0x53, True, [(2 * MiB, 512, "active_allocated", False)])]
+    stats = [10 * MiB + 512, 22 * MiB, 30 * MiB, 40 * MiB]
+    why = m._observe(0, 64 * MiB, 80 << 30, 3 * MiB, stats, segments, True)  # OBSERVE
+    assert why == "", why
+    print(json.dumps({"path": oomflight._capi.library().oomflight_last_dump_path().decode(),
+                      "counters": m.counters()}))
+""")
+
+
+class TorchObjectsThroughTheCallbacks(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(TORCH_SITE, "TEST_TORCH_SITE: the package installed with its extension")
+
+    def test_trace_entries_and_the_observer_with_torch_state_give_an_exact_archive(self):
+        cwd = scratch()
+        (cwd / "job.py").write_text(JOB)
+        out = run([PY, "job.py", json.dumps(ENTRIES)], cwd, child_env())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        result = json.loads(out.stdout.splitlines()[-1])
+        self.assertEqual(result["counters"]["forwarded"], len(ENTRIES))
+        self.assertEqual(result["counters"]["observer_dumps"], 1)
+        self.assertEqual(result["counters"]["attached"], 0)  # fed, not attached: no device here
+        a = read_archive(result["path"])
+        ev = a["events"]
+        # Every action mapped by name (torch numbers SNAPSHOT 7 and OOM 8; the archive the other way round), in
+        # order, with its device, address, size and stream; the observer records no second oom.
+        self.assertEqual([int(x) for x in ev["action"]], [ACTIONS[e[0]] for e in ENTRIES])
+        self.assertEqual([int(x) for x in ev["device"]], [e[1] for e in ENTRIES])
+        self.assertEqual([int(x) for x in ev["addr"]], [e[2] for e in ENTRIES])
+        self.assertEqual([int(x) for x in ev["size"]], [e[3] for e in ENTRIES])
+        self.assertEqual([int(x) for x in ev["stream"]], [e[4] for e in ENTRIES])
+        row = a["ranks"][0]
+        self.assertEqual(int(row["is_origin"]), 1)
+        self.assertEqual(int(row["device"]), 0)
+        self.assertEqual(int(row["oom_requested_bytes"]), 64 * MiB)
+        self.assertEqual(int(row["device_free_bytes"]), 3 * MiB)
+        self.assertEqual(int(row["device_capacity_bytes"]), 80 * GiB)
+        # torch's exact figures (DeviceStats), not the trace's sums.
+        self.assertEqual(int(row["allocated_bytes"]), 10 * MiB + 512)
+        self.assertEqual(int(row["reserved_bytes"]), 22 * MiB)
+        self.assertEqual(int(row["peak_allocated_bytes"]), 30 * MiB)
+        self.assertEqual(int(row["peak_reserved_bytes"]), 40 * MiB)
+        self.assertEqual(a["attrs"]["reason"], "rank 0: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total "
+                                                       "capacity of 80.00 GiB of which 3.00 MiB is free.")
+        with h5py.File(result["path"], "r") as f:
+            segments = f["state_segments"][()]
+            blocks = f["state_blocks"][()]
+            # The failing device's segments only (device 1's is not this OOM's), as torch's SnapshotInfo has them.
+            self.assertEqual([(int(s["device"]), int(s["address"]), int(s["total_size"]), int(s["stream"]),
+                               int(s["is_expandable"])) for s in segments],
+                             [(0, 0x7F0000000000, 20 * MiB, 0x51, 0), (0, 0x7B0000000000, 2 * MiB, 0x53, 1)])
+            base = 0x7F0000000000
+            self.assertEqual([(int(b["address"]), int(b["size"]), int(b["requested_size"]), int(b["state"]))
+                              for b in blocks],
+                             [(base, 2 * MiB, 2 * MiB - 100, 0), (base + 2 * MiB, 6 * MiB, 6 * MiB, 2),
+                              (base + 8 * MiB, 4 * MiB, 3 * MiB, 1), (base + 12 * MiB, 8 * MiB, 8 * MiB, 0),
+                              (0x7B0000000000, 2 * MiB, 512, 0)])
+            # The first block's context, gathered by torch's CapturedTraceback, symbolised and interned: its
+            # innermost frame is the line of the job that made it.
+            line = next(i for i, text in enumerate(JOB.splitlines(), 1) if "# OBSERVE" in text)
+            frames = frames_of(f, int(blocks[0]["stack_id"]))
+            self.assertEqual(frames[0], ("<module>", str(cwd / "job.py"), line))
+            self.assertEqual([int(b["stack_id"]) for b in blocks[1:]], [-1] * 4)
+
+    def test_install_with_no_device_warns_once_and_still_records_batches_at_optimizer_steps(self):
+        cwd = scratch()
+        out = run([PY, "-c", textwrap.dedent("""
+            import json, torch, oomflight, oomflight.torch as ot
+            assert ot.install(run_name="cpu", folder="out") is False
+            assert ot.install() is False            # idempotent: no second warning
+            model = torch.nn.Linear(8, 8)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+            r = oomflight.request_dump("signal")
+            print(json.dumps({"path": r.path, "status": ot.status()}))
+            """)], cwd, child_env())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        warnings = [line for line in out.stderr.splitlines() if "warn" in line]
+        self.assertEqual(len(warnings), 1, out.stderr)
+        self.assertIn("not recording CUDA allocator events: torch 2.11.0+", warnings[0])
+        self.assertIn("sees no CUDA device (torch.cuda.is_available() is False): the caching allocator's hooks are "
+                      "not attached; batches, metadata and on-demand dumps are still recorded", warnings[0])
+        result = json.loads(out.stdout.splitlines()[-1])
+        self.assertFalse(result["status"]["attached"])
+        self.assertEqual(result["status"]["batch"], 3)
+        a = read_archive(result["path"])
+        self.assertEqual(a["attrs"]["run_name"], "cpu")
+        steps = [int(b) for act, b in zip(a["events"]["action"], a["events"]["batch"]) if act == ACTIONS["step"]]
+        self.assertEqual(steps, [0, 1, 2, 3])  # batch 0 from install, one more after each optimizer step
+        with h5py.File(result["path"], "r") as f:
+            self.assertEqual([int(b) for b in f["batches"]["batch"]], [0, 1, 2, 3])
+
+
+if __name__ == "__main__":
+    unittest.main()
