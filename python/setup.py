@@ -42,8 +42,12 @@ def torch_extension() -> dict:
     sys.path.insert(0, str(HERE))
     from oomflight import _extension  # the build arguments, shared with the first-use build
 
-    _extension.check_torch(torch)
-    args = _extension.build_arguments(torch, TARGET)
+    try:
+        _extension.check_torch(torch)  # a CPU-only torch has no caching allocator: nothing to build for
+        args = _extension.build_arguments(torch, TARGET)
+    except _extension.PluginError as e:
+        print(f"setup.py: not building the torch extension: {e}", file=sys.stderr)
+        return {}
     # Relative paths: setuptools refuses absolute source paths in an sdist-like build.
     sources = [str(Path(s).relative_to(HERE)) for s in args["sources"]]
     extension = CppExtension(_extension.MODULE, sources, include_dirs=args["include_dirs"],

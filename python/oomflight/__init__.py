@@ -69,14 +69,25 @@ def init(**settings: object) -> None:
     """Starts recording: reads the OOMFLIGHT_* environment, with `settings` (keyword names of those variables,
     lower case) overriding it. Under mpirun this joins the job's control plane and is collective: every rank must
     call it. Raises ConfigError (an unknown or malformed setting, named with its value), StateError (already
-    initialised), MemoryError (the history does not fit) or OomflightError (MPI could not start)."""
+    initialised), MemoryError (the history does not fit) or OomflightError (MPI could not start).
+
+    Once oomflight.torch.install() has started oomflight by itself (`oomflight run` does at `import torch`), a
+    later init() without settings is a no-op, and one with settings raises StateError saying where to give them."""
     global _initialized
+    if _initialized and _started_by:
+        if not settings:
+            return
+        raise StateError(-2, f"oomflight was already started by {_started_by}: give settings there (keywords of "
+                              "install(), or OOMFLIGHT_* variables), not to a later init()")
     variables = settings_to_variables(**settings)
     names = (_ctypes.c_char_p * max(1, len(variables)))(*[k.encode() for k in variables])
     values = (_ctypes.c_char_p * max(1, len(variables)))(*[v.encode() for v in variables.values()])
     with _state_lock:
         _capi.check(_capi.library().oomflight_init_settings(names, values, len(variables)))
         _initialized = True
+
+
+_started_by = ""  # what started oomflight by itself (oomflight.torch.install); "" when the job called init()
 
 
 def initialized() -> bool:
@@ -188,7 +199,8 @@ def log(level: str, message: str) -> None:
 def shutdown() -> None:
     """Stops the watcher thread and finalises MPI if init() started it. Only on a normal exit that every rank
     reaches (MPI_Finalize waits for the others)."""
-    global _initialized
+    global _initialized, _started_by
     with _state_lock:
         _capi.check(_capi.library().oomflight_shutdown())
         _initialized = False
+        _started_by = ""

@@ -55,6 +55,7 @@ def _start() -> None:
     (every event before the first optimizer step belongs to batch 0, and step N's hook starts batch N + 1)."""
     if not _oomflight.initialized():
         _oomflight.init(**_state.get("settings", {}))
+        _oomflight._started_by = "oomflight.torch.install()"
         from . import _autostart
 
         _autostart.shutdown_at_normal_exit()

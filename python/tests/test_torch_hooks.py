@@ -112,6 +112,11 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
             import json, torch, oomflight, oomflight.torch as ot
             assert ot.install(run_name="cpu", folder="out") is False
             assert ot.install() is False            # idempotent: no second warning
+            oomflight.init()                          # the job's own init after install(): nothing to do
+            try:
+                oomflight.init(max_entries=10)
+            except oomflight.StateError as e:
+                print("init:", e)
             model = torch.nn.Linear(8, 8)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for _ in range(3):
@@ -126,6 +131,8 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
         self.assertIn("not recording CUDA allocator events: torch 2.11.0+", warnings[0])
         self.assertIn("sees no CUDA device (torch.cuda.is_available() is False): the caching allocator's hooks are "
                       "not attached; batches, metadata and on-demand dumps are still recorded", warnings[0])
+        self.assertIn("init: oomflight was already started by oomflight.torch.install(): give settings there",
+                      out.stdout)
         result = json.loads(out.stdout.splitlines()[-1])
         self.assertFalse(result["status"]["attached"])
         self.assertEqual(result["status"]["batch"], 3)
