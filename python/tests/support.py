@@ -37,6 +37,15 @@ def _remove_scratch() -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def copy_package_sources(root: Path) -> Path:
+    """Copies what `pip install ./python` reads (python/ and plugins/pytorch/, without build leftovers) under
+    `root`, so that an install from the copy leaves nothing in the checkout; returns root / "python"."""
+    shutil.copytree(PYTHON_ROOT, root / "python",
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "_torch_plugin"))
+    shutil.copytree(PYTHON_ROOT.parent / "plugins" / "pytorch", root / "plugins" / "pytorch")
+    return root / "python"
+
+
 def child_env(**extra: str) -> dict:
     """The environment for a child Python: this package first on PYTHONPATH, no stray OOMFLIGHT_* but the
     library's path."""

@@ -2,20 +2,17 @@
 then the installed package, from an unrelated folder, carries the torch extension's sources and drives the
 library. A copy of the tree is installed so that the build leaves nothing in the checkout."""
 import os
-import shutil
 import textwrap
 import unittest
 from pathlib import Path
 
-from support import PY, PYTHON_ROOT, child_env, read_archive, run, scratch
+from support import copy_package_sources, PY, child_env, read_archive, run, scratch
 
 
 class PipInstall(unittest.TestCase):
     def test_installs_offline_and_works_from_anywhere(self):
         work = scratch()
-        shutil.copytree(PYTHON_ROOT, work / "src" / "python",
-                        ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "_torch_plugin"))
-        shutil.copytree(PYTHON_ROOT.parent / "plugins" / "pytorch", work / "src" / "plugins" / "pytorch")
+        copy_package_sources(work / "src")
         target = work / "site"
         env = child_env()
         env.pop("PYTHONPATH")

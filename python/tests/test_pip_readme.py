@@ -9,7 +9,7 @@ import subprocess
 import unittest
 from pathlib import Path
 
-from support import CLI, PYTHON_ROOT, scratch
+from support import copy_package_sources, CLI, PYTHON_ROOT, scratch
 
 README = PYTHON_ROOT.parent / "README.md"
 MARKER = "<!-- python/tests/test_pip_readme.py runs these lines as they are -->"
@@ -29,9 +29,7 @@ class ReadmePipLines(unittest.TestCase):
         lines = readme_lines()
         self.assertIn("pip install --no-build-isolation ./python", lines)
         work = scratch()
-        shutil.copytree(PYTHON_ROOT, work / "python",
-                        ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "_torch_plugin"))
-        shutil.copytree(PYTHON_ROOT.parent / "plugins" / "pytorch", work / "plugins" / "pytorch")
+        copy_package_sources(work)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OOMFLIGHT_", "PYTHON", "VIRTUAL_ENV"))}
         # Debian's python3 first (the README's newcomer), and the built `oomflight` beside its library.
         env["PATH"] = f"{Path(CLI).parent}:/usr/bin:/bin"

@@ -8,7 +8,7 @@ import shutil
 import unittest
 from pathlib import Path
 
-from support import PY, PYTHON_ROOT, TORCH_SITE, child_env, run, scratch
+from support import copy_package_sources, PY, PYTHON_ROOT, TORCH_SITE, child_env, run, scratch
 
 TORCH_VERSION = "2.11.0"  # python/requirements/torch.txt
 
@@ -17,9 +17,7 @@ class AheadOfTimeBuild(unittest.TestCase):
     def test_pip_builds_the_extension_against_the_environments_torch_and_check_needs_no_compiler(self):
         self.assertTrue(TORCH_SITE, "TEST_TORCH_SITE names the folder to install into")
         work = scratch()
-        shutil.copytree(PYTHON_ROOT, work / "src" / "python",
-                        ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "_torch_plugin"))
-        shutil.copytree(PYTHON_ROOT.parent / "plugins" / "pytorch", work / "src" / "plugins" / "pytorch")
+        copy_package_sources(work / "src")
         site = Path(TORCH_SITE)
         shutil.rmtree(site, ignore_errors=True)
         env = child_env()
