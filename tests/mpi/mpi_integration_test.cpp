@@ -237,6 +237,26 @@ TEST(MpiDriver, SimultaneousOriginsGiveOneArchiveNamingBoth) {
   EXPECT_EQ(pm.origins, (std::vector<int>{2, 3}));
 }
 
+// Rank 3's oom event is in its ring when rank 2's trigger freezes it, but its failing thread asks only a second
+// later, after that dump (which names it an origin) has finished: its request is answered with that dump's
+// archive, and the job's own words reach the log; not a second archive of the same failure.
+TEST(MpiDriver, AFailingThreadThatAsksAfterTheDumpThatHoldsItsFailureGetsThatArchive) {
+  TempDir dir;
+  std::string output;
+  const auto archive = failed_job_archive(
+      fmt::format("{} -x OOMFLIGHT_RUN_NAME=late {} 200 2,3 -1 oom multiple 1000", test::mpirun(4), OOMFLIGHT_DRIVER),
+      dir, &output);
+  ASSERT_TRUE(archive);
+  EXPECT_EQ(archive->header.origin_ranks, (std::vector<std::int32_t>{2, 3}));
+  EXPECT_NE(archive->header.reason.find("rank 3: out of memory at batch 0: tried to allocate 16.00 KiB"),
+            std::string::npos) << archive->header.reason;
+  EXPECT_NE(output.find("rank 3 reports, after the dump that holds its failure: driver: out of memory on rank 3"),
+            std::string::npos) << output;
+  const std::string path = (dir.path() / "late/oomflight/oom.0.h5").string();
+  EXPECT_NE(output.find(fmt::format("rank 2: dump rc 0 status 0 ranks 4 path {}", path)), std::string::npos) << output;
+  EXPECT_NE(output.find(fmt::format("rank 3: dump rc 0 status 0 ranks 4 path {}", path)), std::string::npos) << output;
+}
+
 TEST(MpiDriver, AWedgedRankMakesEveryLiveRankWriteARankLocalFile) {
   TempDir dir;
   const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=wedge -x OOMFLIGHT_DUMP_TIMEOUT=2s {} 300 2 3",

@@ -1,6 +1,6 @@
 // Test driver: an MPI program with known per-rank event counts that asks for dumps on chosen ranks, through the C
 // API only (as a plugin would).
-//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND [THREAD_LEVEL]]]
+//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND [THREAD_LEVEL [LATE_MS]]]]
 // Rank r interns one stack (train_step, driver.py, line r + 1), records EVENTS + 10 r alloc events of 1000 + r
 // bytes with it in batch 0 and publishes device 0's gauges (1.0 MB allocated, 2.0 MB reserved, peaks 1.5 and
 // 2.5 MB, 4.0 MB capacity). STALL_RANK (-1: none) stops itself with SIGSTOP after the barrier: a wedged rank.
@@ -10,10 +10,14 @@
 // failed training script. KIND signal, snapshot or exit: origins ask for a dump of that kind and every rank
 // goes on to a final barrier and exits 0: the job survives the dump. THREAD_LEVEL (multiple, the default, or
 // single) is the level the driver initialises MPI with before oomflight_init; oomflight_init fails with the
-// message on stderr and the driver exits 2 when it is too low.
+// message on stderr and the driver exits 2 when it is too low. LATE_MS (0: off): every origin but the lowest asks
+// that many milliseconds after the barrier, as a failing thread that is slow to reach its error handler, and
+// the origins exit only after every rank has passed two more barriers (so that the late ones are not torn down
+// by the first origin's exit); each origin prints its dump's path.
 #include <mpi.h>
 #include <oomflight/oomflight.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +25,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -44,6 +49,7 @@ int main(int argc, char** argv) {
   }
 
   const bool single = argc > 5 && std::strcmp(argv[5], "single") == 0;
+  const int late_ms = argc > 6 ? std::atoi(argv[6]) : 0;
   int provided = 0;
   // the application owns MPI
   MPI_Init_thread(&argc, &argv, single ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE, &provided);
@@ -76,6 +82,7 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == stall) raise(SIGSTOP);
   if (origin) {
+    if (late_ms > 0 && rank != *origins.begin()) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
     const std::string reason = "driver: " + (oom ? "out of memory" : kind_name + " dump") + " on rank " +
                                std::to_string(rank);
     oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
@@ -89,14 +96,14 @@ int main(int argc, char** argv) {
     std::printf("rank %d: dump rc %d status %d ranks %d path %s\n", rank, rc, result.status, result.ranks_written,
                 oomflight_last_dump_path());
     std::fflush(stdout);
-    if (oom) {
+    if (oom && late_ms == 0) {
       oomflight_shutdown();
       return 1;
     }
   }
-  if (oom && !origins.empty()) MPI_Barrier(MPI_COMM_WORLD);  // never completes: an origin has failed
+  if (oom && !origins.empty()) MPI_Barrier(MPI_COMM_WORLD);  // never completes (unless LATE_MS): an origin failed
   MPI_Barrier(MPI_COMM_WORLD);
   oomflight_shutdown();
   MPI_Finalize();
-  return 0;
+  return origin && oom ? 1 : 0;
 }

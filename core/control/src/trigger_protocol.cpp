@@ -186,12 +186,27 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   std::int64_t target = 0;
   if (active_ && active_is_origin_) {
     target = epoch_;  // the dump under way already counts this rank as an origin
+    // That dump began on another rank's trigger, and this rank's line named the failure from its oom event only:
+    // the job's own words reach the user here (they also go into the archive's reason, with_late_request).
+    if (request.kind == DumpKind::oom) {
+      unclaimed_oom_events_ = 0;
+      if (!request.reason.empty()) log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
+    }
     if (awaiting_request_ && !late_request_ && request.kind == DumpKind::oom) {
       late_request_ = request;  // its reason and figures go into this rank's vote (with_late_request)
       late_request_cv_.notify_all();
     }
   } else if (pending_) {
     target = pending_epoch_;  // another thread of this process asked first: share its dump
+  } else if (request.kind == DumpKind::oom && unclaimed_oom_events_ > 0 &&
+             recorder_.oom_events() == unclaimed_oom_events_) {
+    // The dump that holds this failure (its oom event made this rank an origin) finished before the failing thread
+    // asked, on a loaded machine: that dump is this request's answer, not a second archive of the same failure.
+    unclaimed_oom_events_ = 0;
+    if (!request.reason.empty()) {
+      log().error("rank {} reports, after the dump that holds its failure: {}", id_.rank, request.reason);
+    }
+    return last_result_;
   } else {
     // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
     // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
@@ -493,9 +508,10 @@ void TriggerProtocol::run_dump() {
       awaiting = true;
     }
   }
-  if (is_origin) oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
   {
     std::lock_guard lock(mutex_);
+    if (is_origin) oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
+    unclaimed_oom_events_ = awaiting ? h.oom_events : 0;
     active_is_origin_ = is_origin;
     awaiting_request_ = awaiting;
     deciding_ = false;

@@ -122,6 +122,10 @@ class TriggerProtocol {
   bool deciding_ = false;                // the watcher freezes for a dump it did not ask for; origin or not: unknown
   bool awaiting_request_ = false;        // an origin through its oom event; its failing thread has not asked yet
   std::optional<DumpRequest> late_request_;  // ... and then did, before the vote
+  // The oom events recorded when a dump made this rank an origin through its oom event, until its failing thread's
+  // request joins that dump (0: none waits). A request that comes after that dump finished is answered with its
+  // result, not a second dump of the same failure.
+  std::uint64_t unclaimed_oom_events_ = 0;
   std::condition_variable late_request_cv_;
   DumpResult last_result_;
   std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
