@@ -16,6 +16,7 @@ inline CApiTable linked_c_api() {
   api.request_dump = reinterpret_cast<int (*)(const abi::DumpRequest*, abi::DumpResult*)>(&oomflight_request_dump);
   api.log = &oomflight_log;
   api.intern_stack = reinterpret_cast<int (*)(const abi::Frame*, std::size_t, std::int32_t*)>(&oomflight_intern_stack);
+  api.set_stack_resolver = &oomflight_set_stack_resolver;
   return api;
 }
 

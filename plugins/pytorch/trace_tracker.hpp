@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <type_traits>
+#include <utility>
 
 namespace oomflight::torch_plugin {
 
@@ -86,6 +87,10 @@ struct CApiTable {
   int (*request_dump)(const abi::DumpRequest* request, abi::DumpResult* result) = nullptr;
   int (*log)(int level, const char* message) = nullptr;
   int (*intern_stack)(const abi::Frame* frames, std::size_t count, std::int32_t* stack_id) = nullptr;
+  /// oomflight_set_stack_resolver: optional (a liboomflight before it gives events without stacks).
+  using StackResolver = int (*)(void* user, const std::int32_t* deferred, std::size_t count, std::int32_t* stack_ids,
+                                std::uint32_t timeout_ms);
+  int (*set_stack_resolver)(StackResolver resolver, void* user, std::uint64_t* max_entries) = nullptr;
 
   bool complete() const noexcept {
     return abi_version != nullptr && record != nullptr && set_memory != nullptr && request_dump != nullptr &&
@@ -120,6 +125,12 @@ std::uint64_t stream_value(const Stream& stream) noexcept {
     return static_cast<std::uint64_t>(stream);
   }
 }
+
+/// Whether a TraceEntry type carries torch's gathered context (context_, a shared_ptr; stand-ins may not).
+template <typename T, typename = void>
+struct has_context : std::false_type {};
+template <typename T>
+struct has_context<T, std::void_t<decltype(std::declval<const T&>().context_)>> : std::true_type {};
 
 /// One device's figures as the trace implies them, in bytes, following CUDACachingAllocator's own statistics:
 /// allocated grows at ALLOC and shrinks at FREE_REQUESTED (free() decreases allocated_bytes before the block's
@@ -165,8 +176,18 @@ class TraceTracker {
     g.capacity.store(capacity, std::memory_order_relaxed);
   }
 
+  /// Where entries' contexts go (ContextTable::put through `keep`, which returns a deferred stack id or -1).
+  /// Call before the tracker is attached (not synchronised with on_entry); without it events carry no stack.
+  using KeepContext = std::int32_t (*)(void* sink, const void* context) noexcept;
+  void set_context_sink(KeepContext keep, void* sink) noexcept {
+    keep_context_ = keep;
+    context_sink_ = sink;
+  }
+
   /// The AllocatorTraceTracker body: one TraceEntry (torch's type or a stand-in with the same member names:
-  /// action_, device_, addr_, size_, stream_; for OOM entries addr_ is the device's free bytes).
+  /// action_, device_, addr_, size_, stream_, and context_ where it has one; for OOM entries addr_ is the device's
+  /// free bytes). An entry's context (torch's, when memory history records contexts) is kept by the context sink
+  /// and the event carries its deferred id: symbolised at the freeze, not here.
   template <typename Entry>
   void on_entry(const Entry& e) noexcept {
     const int action = action_code(e.action_);
@@ -177,7 +198,11 @@ class TraceTracker {
     const int device = static_cast<int>(e.device_);
     const auto addr = static_cast<std::uint64_t>(e.addr_);
     const auto size = static_cast<std::uint64_t>(e.size_);
-    if (api_.record(action, device, addr, size, stream_value(e.stream_), -1) != 0) {
+    std::int32_t stack = -1;
+    if constexpr (has_context<Entry>::value) {
+      if (keep_context_ != nullptr && e.context_) stack = keep_context_(context_sink_, &e.context_);
+    }
+    if (api_.record(action, device, addr, size, stream_value(e.stream_), stack) != 0) {
       not_recorded_.fetch_add(1, std::memory_order_relaxed);  // dropped by the ring (counted there too)
     }
     forwarded_.fetch_add(1, std::memory_order_relaxed);
@@ -266,6 +291,8 @@ class TraceTracker {
   }
 
   CApiTable api_;
+  KeepContext keep_context_ = nullptr;
+  void* context_sink_ = nullptr;
   std::array<DeviceGauges, abi::kMaxDevices> gauges_{};
   std::atomic<std::uint64_t> forwarded_{0}, unmapped_{0}, not_recorded_{0}, observer_dumps_{0};
 };

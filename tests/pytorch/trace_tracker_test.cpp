@@ -5,9 +5,14 @@
 // OOM are swapped), so a cast instead of the by-name mapping fails these tests.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <thread>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "oomflight/format/archive_reader.hpp"
@@ -15,6 +20,7 @@
 #include "test_support.hpp"
 #include "linked_c_api.hpp"
 #include "trace_tracker.hpp"
+#include "context_table.hpp"
 
 namespace tp = oomflight::torch_plugin;
 
@@ -43,6 +49,7 @@ static_assert(sizeof(tp::abi::BlockState) == sizeof(oomflight_block_state) &&
 static_assert(sizeof(tp::abi::Frame) == sizeof(oomflight_frame) &&
               offsetof(tp::abi::Frame, line) == offsetof(oomflight_frame, line));
 static_assert(sizeof(tp::abi::DumpResult) == sizeof(oomflight_dump_result));
+static_assert(std::is_same_v<tp::CApiTable::StackResolver, oomflight_stack_resolver>);
 
 namespace torch24 {  // torch 2.4: c10::cuda::CUDACachingAllocator::TraceEntry
 struct CUstream_st;
@@ -195,6 +202,146 @@ TEST_F(TraceTrackerTest, ObserverRecordsTheOomEventWhenTheTraceHadNone) {
   EXPECT_EQ(archive.events[1].size, 2 * kMiB);
   EXPECT_EQ(archive.events[1].addr, 1 * kMiB);
   EXPECT_EQ(archive.events[1].device, 1);
+}
+
+// ---- Python contexts: kept by the tracker, symbolised at the freeze ----
+
+// A stand-in context: the line of the call site torch would have gathered (a CapturedTraceback in the extension).
+using StandInContext = std::shared_ptr<void>;
+StandInContext context_at(int line) { return std::make_shared<int>(line); }
+int line_of(const StandInContext& c) { return *static_cast<const int*>(c.get()); }
+
+TEST(ContextTable, KeepsEachContextUnderADeferredIdUntilTheHistoryNoLongerHoldsItsEvent) {
+  tp::ContextTable<StandInContext> table(3);  // 6 slots
+  EXPECT_EQ(table.put(nullptr), -1);
+  std::vector<std::int32_t> ids;
+  for (int line = 1; line <= 6; ++line) ids.push_back(table.put(context_at(line)));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_LE(ids[i], -2);
+    const auto found = table.find(ids[i]);
+    ASSERT_TRUE(found.found) << i;
+    EXPECT_EQ(line_of(found.context), static_cast<int>(i) + 1);
+    EXPECT_EQ(found.stack_id, -1);
+  }
+  // Every slot is full: without a reclaim the next context is refused (no stack), never dropped on this path.
+  const StandInContext seventh = context_at(7);
+  EXPECT_EQ(table.put(seventh), -1);
+  EXPECT_EQ(table.busy(), 1u);
+  EXPECT_EQ(seventh.use_count(), 1) << "a refused context must not be kept";
+  // The history keeps the newest 3 of the 7 events: the slots of the first 4 (the refused one had none) empty.
+  EXPECT_EQ(table.reclaim(), 4u);
+  EXPECT_FALSE(table.find(ids[0]).found);
+  EXPECT_FALSE(table.find(ids[3]).found);
+  EXPECT_TRUE(table.find(ids[4]).found);
+  const std::int32_t eighth = table.put(context_at(8));
+  ASSERT_LE(eighth, -2);
+  EXPECT_NE(eighth, ids[0]) << "a deferred id names one event, not just its slot";
+  EXPECT_EQ(line_of(table.find(eighth).context), 8);
+  EXPECT_FALSE(table.find(ids[0]).found) << "slot reused: the old id must not find the new context";
+  table.remember(eighth, 42);
+  EXPECT_EQ(table.find(eighth).stack_id, 42);
+  EXPECT_FALSE(table.find(-1).found);
+  EXPECT_FALSE(table.find(std::numeric_limits<std::int32_t>::min()).found);
+  EXPECT_THROW(tp::ContextTable<StandInContext>(0), std::invalid_argument);
+}
+
+TEST(ContextTable, ConcurrentTrackersAndAReclaimerNeverLoseOrDuplicateAContext) {
+  tp::ContextTable<StandInContext> table(1000);
+  std::atomic<bool> stop{false};
+  std::thread reclaimer([&] {
+    while (!stop.load()) table.reclaim();
+  });
+  std::vector<std::thread> devices;
+  std::atomic<std::uint64_t> kept{0}, wrong{0};
+  for (int device = 0; device < 4; ++device) {
+    devices.emplace_back([&, device] {
+      for (int i = 0; i < 50000; ++i) {
+        const int line = device * 100000 + i;
+        const std::int32_t id = table.put(context_at(line));
+        if (id == -1) continue;
+        ++kept;
+        const auto found = table.find(id);  // just put: at most 1000 newer events can have come since
+        if (found.found && line_of(found.context) != line) ++wrong;
+      }
+    });
+  }
+  for (auto& t : devices) t.join();
+  stop = true;
+  reclaimer.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(kept.load() + table.busy(), 200000u);
+  EXPECT_EQ(table.kept(), kept.load());
+}
+
+// The extension's resolver, with "symbolising" reading the stand-in's line: the same ContextTable::resolve.
+struct StandInPlugin {
+  explicit StandInPlugin(std::size_t keep) : table(keep) {}
+  tp::ContextTable<StandInContext> table;
+  int symbolised = 0;  // contexts symbolised, over all freezes
+  static std::int32_t keep(void* sink, const void* context) noexcept {
+    return static_cast<StandInPlugin*>(sink)->table.put(*static_cast<const StandInContext*>(context));
+  }
+  static int resolve(void* user, const std::int32_t* deferred, std::size_t count, std::int32_t* ids, std::uint32_t) {
+    auto& p = *static_cast<StandInPlugin*>(user);
+    p.table.resolve(deferred, count, ids,
+                    [&](const std::vector<StandInContext>& contexts, const std::vector<std::int32_t>&,
+                        std::vector<std::int32_t>& stack_ids) {
+                      for (std::size_t k = 0; k < contexts.size(); ++k) {
+                        const oomflight_frame frames[] = {{"forward", "model.py", line_of(contexts[k])},
+                                                          {"train_step", "train.py", 7}};
+                        oomflight_intern_stack(frames, 2, &stack_ids[k]);
+                        ++p.symbolised;
+                      }
+                      return true;
+                    });
+    return 0;
+  }
+};
+
+TEST_F(TraceTrackerTest, ContextsOfLiveEntriesBecomeTheArchivesStacksAtTheFreeze) {
+  using Entry = torch211::TraceEntry<void*>;
+  StandInPlugin plugin(100);
+  tp::TraceTracker tracker(real_c_api());
+  tracker.set_context_sink(&StandInPlugin::keep, &plugin);
+  std::uint64_t max_entries = 0;
+  ASSERT_EQ(oomflight_set_stack_resolver(&StandInPlugin::resolve, &plugin, &max_entries), OOMFLIGHT_OK);
+  EXPECT_EQ(max_entries, 100000u);  // OOMFLIGHT_MAX_ENTRIES' default: the table keeps as many
+  const auto entry = [&](Entry::Action action, std::uint64_t addr, std::uint64_t size, StandInContext context) {
+    Entry e{};
+    e.action_ = action;
+    e.addr_ = addr;
+    e.size_ = size;
+    e.context_ = std::move(context);
+    tracker.on_entry(e);
+  };
+  const StandInContext shared = context_at(12);  // torch gives a block's alloc and free the same context
+  entry(Entry::Action::ALLOC, 0x1000, 512, shared);
+  entry(Entry::Action::ALLOC, 0x2000, 512, context_at(13));
+  entry(Entry::Action::FREE_REQUESTED, 0x1000, 512, shared);
+  entry(Entry::Action::ALLOC, 0x3000, 512, nullptr);  // history without contexts: no stack
+  ASSERT_EQ(tracker.on_out_of_memory(0, kMiB, 0, 0, nullptr, "CUDA out of memory"), OOMFLIGHT_OK);
+  const oomflight::Archive archive = oomflight::read_archive(oomflight_last_dump_path());
+  ASSERT_EQ(archive.events.size(), 5u);
+  const auto lines = [&](std::size_t i) {
+    std::vector<int> out;
+    for (const auto* f : archive.stack(archive.events[i].stack_id)) out.push_back(f->line);
+    return out;
+  };
+  EXPECT_EQ(lines(0), (std::vector<int>{12, 7}));
+  EXPECT_EQ(lines(1), (std::vector<int>{13, 7}));
+  EXPECT_EQ(lines(2), (std::vector<int>{12, 7}));
+  EXPECT_EQ(archive.events[3].stack_id, -1);
+  EXPECT_EQ(archive.events[4].stack_id, -1);  // the observer's oom event
+  EXPECT_EQ(plugin.symbolised, 3);  // one per event with a context (each event keeps its own slot)
+  // A second freeze symbolises only what is new: the first ones are remembered.
+  entry(Entry::Action::ALLOC, 0x4000, 512, context_at(14));
+  ASSERT_EQ(tracker.on_out_of_memory(0, kMiB, 0, 0, nullptr, "CUDA out of memory"), OOMFLIGHT_OK);
+  EXPECT_EQ(plugin.symbolised, 4);
+  const oomflight::Archive second = oomflight::read_archive(oomflight_last_dump_path());
+  ASSERT_EQ(second.events.size(), 7u);
+  EXPECT_EQ(second.stack(second.events[5].stack_id).at(0)->line, 14);
+  EXPECT_EQ(second.stack(second.events[1].stack_id).at(0)->line, 13);
+  oomflight_set_stack_resolver(nullptr, nullptr, nullptr);
 }
 
 TEST(TraceTrackerMapping, EveryTorchActionByName) {

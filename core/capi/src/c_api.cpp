@@ -74,6 +74,10 @@ struct SessionDeleter {
 };
 std::unique_ptr<oomflight::Session, SessionDeleter> g_session;
 bool g_we_initialised_mpi = false;
+// The stack resolver, kept across sessions (a plugin registers it once; a later oomflight_init must not lose it).
+std::mutex g_resolver_mutex;
+oomflight_stack_resolver g_resolver = nullptr;
+void* g_resolver_user = nullptr;
 std::mutex g_dump_mutex;
 std::string g_last_dump_path;  // guarded by g_dump_mutex
 thread_local std::string t_last_error;
@@ -181,6 +185,10 @@ int init_session(const char* const* names, const char* const* values, size_t cou
     }
     entries = config.max_entries;
     g_session.reset(new oomflight::Session(std::move(config), world));
+    {
+      const std::lock_guard lock(g_resolver_mutex);
+      g_session->recorder().set_stack_resolver(g_resolver, g_resolver_user);
+    }
   } catch (const oomflight::ConfigError& e) {
     return fail(OOMFLIGHT_ECONFIG, e.what());
   } catch (const std::bad_alloc&) {
@@ -257,6 +265,15 @@ int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, i
     *stack_id = g_session->recorder().intern_stack(refs);
     return OOMFLIGHT_OK;
   });
+}
+
+int oomflight_set_stack_resolver(oomflight_stack_resolver resolver, void* user, uint64_t* max_entries) {
+  const std::lock_guard lock(g_resolver_mutex);
+  g_resolver = resolver;
+  g_resolver_user = user;
+  if (g_session) g_session->recorder().set_stack_resolver(resolver, user);
+  if (max_entries) *max_entries = g_session ? g_session->config().max_entries : 0;
+  return OOMFLIGHT_OK;
 }
 
 int oomflight_set_memory(int device, const struct oomflight_memory* memory) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "oomflight/base/log.hpp"
+
 namespace oomflight {
 namespace {
 bool valid_device(int device) { return device >= 0 && device < kMaxDevices; }
@@ -96,10 +98,52 @@ FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {
   const ClockAnchor anchor = clock_.anchor();
   const TickConversion to_ns = clock_.conversion(anchor);
   for (Event& e : h.ring.events) e.t_ns = to_ns(e.t_ns);
+  resolve_deferred_stacks(h);
   h.stacks = stacks_.copy();
   h.anchor_monotonic_ns = monotonic_ns();
   h.anchor_realtime_ns = realtime_ns();
   return h;
+}
+
+void Recorder::set_stack_resolver(StackResolver resolver, void* user) noexcept {
+  const std::lock_guard lock(resolver_mutex_);
+  resolver_ = resolver;
+  resolver_user_ = user;
+}
+
+void Recorder::resolve_deferred_stacks(FrozenHistory& h) const {
+  std::vector<std::int32_t> deferred;
+  for (const Event& e : h.ring.events) {
+    if (e.stack_id <= kFirstDeferredStack) deferred.push_back(e.stack_id);
+  }
+  if (deferred.empty()) return;
+  std::sort(deferred.begin(), deferred.end());
+  deferred.erase(std::unique(deferred.begin(), deferred.end()), deferred.end());
+  std::vector<std::int32_t> ids(deferred.size(), kNoStack);
+  StackResolver resolver = nullptr;
+  void* user = nullptr;
+  {
+    const std::lock_guard lock(resolver_mutex_);
+    resolver = resolver_;
+    user = resolver_user_;
+  }
+  if (resolver != nullptr) {
+    resolver(user, deferred.data(), deferred.size(), ids.data(), resolve_timeout_ms_.load());
+  }
+  // Only ids the table holds by now reach the archive: a resolver's bad answer must not make a dangling stack.
+  const std::size_t interned = stacks_.size();
+  for (Event& e : h.ring.events) {
+    if (e.stack_id > kFirstDeferredStack) continue;
+    const auto at = std::lower_bound(deferred.begin(), deferred.end(), e.stack_id) - deferred.begin();
+    const std::int32_t id = ids[static_cast<std::size_t>(at)];
+    const bool valid = id >= 0 && static_cast<std::size_t>(id) < interned;
+    e.stack_id = valid ? id : kNoStack;
+    if (!valid) ++h.unresolved_stacks;
+  }
+  if (h.unresolved_stacks > 0) {
+    log().warn("{} events' call sites were not symbolised{} (they are recorded with no stack)", h.unresolved_stacks,
+               resolver == nullptr ? " (no stack resolver is registered)" : "");
+  }
 }
 
 }  // namespace oomflight

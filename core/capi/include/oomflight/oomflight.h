@@ -219,7 +219,7 @@ OOMFLIGHT_API int oomflight_rank(int* rank, int* world_size);
 /** Records one event stamped now (CLOCK_MONOTONIC) with the current batch. action: enum oomflight_action;
  *  device: ordinal (0 .. 32767); addr: device address (for OOMFLIGHT_OOM: device free bytes); size: bytes (for
  *  OOMFLIGHT_OOM: the requested bytes); stream: the stream handle as an integer; stack_id: from
- *  oomflight_intern_stack, or -1 for none. Wait-free: no allocation, lock or system call.
+ *  oomflight_intern_stack, -1 for none, or a deferred id (<= -2) for the registered stack resolver. Wait-free: no allocation, lock or system call.
  *  Returns OOMFLIGHT_OK, OOMFLIGHT_EDROPPED, OOMFLIGHT_EINVAL (bad action or device) or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                    int32_t stack_id);
@@ -235,6 +235,24 @@ OOMFLIGHT_API int oomflight_mark_batch(int64_t batch);
  *  OOMFLIGHT_ENOMEM (no host memory for the table), OOMFLIGHT_EFULL (the table holds 2^31 - 1 stacks),
  *  OOMFLIGHT_ESTATE or OOMFLIGHT_EINTERNAL. */
 OOMFLIGHT_API int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, int32_t* stack_id);
+
+/** A resolver of deferred stack ids (see oomflight_set_stack_resolver): for each of the `count` ids in `deferred`
+ *  (distinct, each <= -2), stores in stack_ids[i] a stack id from oomflight_intern_stack, or -1. Called at every
+ *  freeze of the history (a dump's first step) on the freezing thread: a failing thread, oomflight's watcher,
+ *  or the thread that closes a snapshot window. It must return within about `timeout_ms` milliseconds (a
+ *  quarter of OOMFLIGHT_DUMP_TIMEOUT, at most 2000), whatever holds the locks it needs; ids it leaves at -1 reach
+ *  the archive as "no stack". Returns 0, or non-zero when it resolved nothing. */
+typedef int (*oomflight_stack_resolver)(void* user, const int32_t* deferred, size_t count, int32_t* stack_ids,
+                                        uint32_t timeout_ms);
+
+/** Registers the resolver of deferred stack ids (NULL: none), for sources whose call sites cannot be symbolised
+ *  where the event is recorded (the PyTorch plugin keeps torch's Python context and symbolises it only when a
+ *  dump needs it, off the allocator's lock): such a source records events with a stack_id <= -2 of its own
+ *  choosing, and every freeze hands the distinct ones to `resolver`. `user` is passed back. One resolver per
+ *  process; it stays registered across oomflight_shutdown and a later oomflight_init. Without a resolver, deferred
+ *  ids become -1. Thread-safe. Returns OOMFLIGHT_OK; *max_entries (may be NULL) receives the events the history
+ *  keeps (OOMFLIGHT_MAX_ENTRIES), or 0 before oomflight_init: a source keeps contexts for that many events. */
+OOMFLIGHT_API int oomflight_set_stack_resolver(oomflight_stack_resolver resolver, void* user, uint64_t* max_entries);
 
 /** Publishes one device's memory figures (see struct oomflight_memory); the device becomes the one whose figures
  *  a dump reports unless a request names another. Lock-free (relaxed atomic stores): cheap enough after every

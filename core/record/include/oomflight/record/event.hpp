@@ -49,7 +49,8 @@ struct Event {
   std::uint64_t size = 0;          ///< bytes; for oom: the requested allocation; for step: 0
   std::uint64_t stream = 0;        ///< stream handle
   std::int64_t batch = -1;         ///< batch counter when the event was recorded; -1 before the first batch
-  std::int32_t stack_id = kNoStack;///< id in the recorder's StackTable, or kNoStack
+  /// id in the recorder's StackTable, or kNoStack; in the ring also a deferred id (<= -2) until the freeze
+  std::int32_t stack_id = kNoStack;
   std::int16_t device = 0;         ///< device ordinal
   Action action = Action::alloc;   ///< what happened
   std::uint8_t reserved = 0;       ///< zero; keeps the record at 48 bytes

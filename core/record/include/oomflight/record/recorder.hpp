@@ -32,6 +32,16 @@ struct MemoryStats {
 /// Devices whose gauges a recorder keeps: ordinals 0 .. kMaxDevices - 1 (one node's GPUs with a wide margin).
 inline constexpr int kMaxDevices = 64;
 
+/// Resolves deferred stack ids (see Recorder::set_stack_resolver): for each of the `count` ids in `deferred`
+/// (each <= kFirstDeferredStack), stores a stack id of the recorder's StackTable in stack_ids[i], or kNoStack.
+/// Returns within about `timeout_ms`; returns 0, or non-zero when it resolved nothing.
+using StackResolver = int (*)(void* user, const std::int32_t* deferred, std::size_t count, std::int32_t* stack_ids,
+                              std::uint32_t timeout_ms);
+
+/// Event stack ids at or below this are deferred: a source (the PyTorch plugin) keeps the call site it cannot
+/// symbolise on the hot path and names it by such an id; freeze() turns them into interned stacks.
+inline constexpr std::int32_t kFirstDeferredStack = -2;
+
 /// Everything a dump needs from one rank, copied at the moment of the trigger.
 struct FrozenHistory {
   RingCopy ring;
@@ -47,6 +57,8 @@ struct FrozenHistory {
   BatchTableCopy batches;
   /// The rank's environment and the job's metadata (ContextLog::copy()).
   std::vector<ContextEntry> context;
+  /// Events whose deferred stack id the resolver did not turn into a stack (they carry kNoStack).
+  std::uint64_t unresolved_stacks = 0;
 };
 
 /// Records events into the ring. One per process.
@@ -108,8 +120,17 @@ class OOMFLIGHT_API Recorder {
 
   /// Copies the history (ring, stacks, the gauges of `device`, or of current_device() when `device` is outside
   /// 0 .. kMaxDevices - 1) without stopping writers. Allocates (~1 ms per 100k events), reusing `storage` for
-  /// the events when given (see Ring::copy); throws std::bad_alloc.
+  /// the events when given (see Ring::copy); throws std::bad_alloc. Deferred stack ids in the copy go to the
+  /// stack resolver (set_stack_resolver) before the stack table is copied, which may add up to the resolver's
+  /// timeout; without a resolver, or where it gives none, they become kNoStack (counted in unresolved_stacks).
   FrozenHistory freeze(int device = -1, std::vector<Event> storage = {}) const;
+
+  /// Registers the resolver freeze() calls with the distinct deferred stack ids of its copy (nullptr: none).
+  /// `user` is passed back. The resolver runs on the freezing thread (a failing thread, the watcher, or the
+  /// thread that closes a snapshot window) and may call intern_stack(). Thread-safe.
+  void set_stack_resolver(StackResolver resolver, void* user) noexcept;
+  /// The time the resolver is given per freeze (ms); the session derives it from OOMFLIGHT_DUMP_TIMEOUT.
+  void set_resolve_timeout(std::uint32_t timeout_ms) noexcept { resolve_timeout_ms_.store(timeout_ms); }
 
   /// The ring, for readers that copy it themselves (freeze() is the usual way): its events carry raw stamps of
   /// clock(), not ns. Thread-safe to read.
@@ -143,6 +164,11 @@ class OOMFLIGHT_API Recorder {
   std::atomic<std::int64_t> batch_{-1};
   std::atomic<std::uint64_t> oom_events_{0};
   std::atomic<int> current_device_{0};
+  mutable std::mutex resolver_mutex_;  // guards resolver_ and resolver_user_ (set rarely, read once per freeze)
+  StackResolver resolver_ = nullptr;
+  void* resolver_user_ = nullptr;
+  std::atomic<std::uint32_t> resolve_timeout_ms_{2000};
+  void resolve_deferred_stacks(FrozenHistory& h) const;
   std::array<Gauges, kMaxDevices> gauges_;
 };
 
