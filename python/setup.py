@@ -16,7 +16,7 @@ from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
 PLUGIN = HERE.parent / "plugins" / "pytorch"
-SOURCES = ("oomflight_torch.cpp", "trace_tracker.hpp")
+SOURCES = ("oomflight_torch.cpp", "trace_tracker.hpp", "context_table.hpp")
 TARGET = HERE / "oomflight" / "_torch_plugin"
 
 

@@ -19,16 +19,26 @@
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/version.h>
 
+#include <cxxabi.h>
+
+#include <atomic>
+#include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "context_table.hpp"
 #include "trace_tracker.hpp"
 
 namespace {
@@ -41,6 +51,190 @@ using oomflight::torch_plugin::ExactStats;
 using oomflight::torch_plugin::TraceTracker;
 using Entry = alloc::TraceEntry;
 using Context = std::shared_ptr<c10::GatheredContext>;
+using ContextTable = oomflight::torch_plugin::ContextTable<Context>;
+using abi_forced_unwind = __cxxabiv1::__forced_unwind;  // pthread_exit's unwinding: must never be swallowed
+
+std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vector<const Context*>& contexts);
+
+// Symbolises the contexts a freeze asks for (docs/pytorch.md, "Python stacks"). torch's symboliser needs the GIL,
+// and the freezing thread may be oomflight's watcher while the training thread holds the GIL in a collective:
+// waiting for the GIL there could hang the dump. So a thread that holds the GIL symbolises at once; any other
+// hands the work to this helper thread and waits at most the resolver's timeout. Work that finishes after its
+// caller gave up is still remembered in the table, for the next freeze.
+class Symbolizer {
+ public:
+  Symbolizer(const CApiTable& api, ContextTable& table) : api_(api), table_(table) {}
+
+  // true with `ids` filled (one per context, -1 where a context has no Python frames), false when it gave up.
+  bool run(const std::vector<Context>& contexts, const std::vector<std::int32_t>& deferred,
+           std::vector<std::int32_t>& ids, std::uint32_t timeout_ms) {
+    if (!python_usable()) return false;
+    if (PyGILState_Check()) {
+      ids = symbolize(contexts);
+      return true;
+    }
+    auto job = std::make_shared<Job>();
+    job->contexts = contexts;
+    job->deferred = deferred;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_) return false;
+      queue_.push_back(job);
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    }
+    wake_.notify_one();
+    std::unique_lock lock(mutex_);
+    if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
+      api_.log(abi::kLogWarn, ("the Python stacks of " + std::to_string(contexts.size()) +
+                               " events were not symbolised within " + std::to_string(timeout_ms) +
+                               " ms (the GIL was not free); they are recorded with no stack").c_str());
+      return false;
+    }
+    ids = job->ids;
+    return true;
+  }
+
+  // torch's first symbolisation in a process imports half of torch (torch._dynamo and more: 1.8 s of imports
+  // on the 2-core machine of docs/performance.md). Doing that with the first context kept, on the helper, means
+  // a dump does not pay it within its deadline. Thread-safe; once.
+  void warm_up(const Context& first) {
+    if (warming_.exchange(true)) return;
+    auto job = std::make_shared<Job>();
+    job->contexts.push_back(first);
+    job->warm_up = true;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_) return;
+      queue_.push_back(job);
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    }
+    wake_.notify_one();
+  }
+  bool warm() const { return warm_.load(); }
+
+  // At process exit, before torch's statics go: no new work; a thread waiting for the GIL is left as it is.
+  void stop() {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.detach();
+  }
+
+ private:
+  struct Job {
+    std::vector<Context> contexts;
+    std::vector<std::int32_t> deferred;
+    std::vector<std::int32_t> ids;
+    bool done = false;
+    bool warm_up = false;  // symbolise only: nothing is interned
+  };
+
+  static bool python_usable() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+  }
+
+  std::vector<std::int32_t> symbolize(const std::vector<Context>& contexts) {
+    std::vector<const Context*> pointers;
+    pointers.reserve(contexts.size());
+    for (const Context& c : contexts) pointers.push_back(&c);
+    return intern_contexts(api_, pointers);
+  }
+
+  void loop() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopped_ || !queue_.empty(); });
+        if (stopped_) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::vector<std::int32_t> ids;
+      try {
+        if (job->warm_up) {
+          if (python_usable()) warm_up_now(job->contexts);
+        } else if (python_usable()) {
+          ids = symbolize(job->contexts);
+        }
+      } catch (abi_forced_unwind&) {
+        throw;  // the interpreter ends this thread (it waited for the GIL at finalisation): let it
+      } catch (...) {
+      }
+      for (std::size_t k = 0; k < ids.size() && k < job->deferred.size(); ++k) {
+        if (ids[k] >= 0) table_.remember(job->deferred[k], ids[k]);
+      }
+      {
+        std::lock_guard lock(mutex_);
+        job->ids = std::move(ids);
+        job->ids.resize(job->contexts.size(), -1);
+        job->done = true;
+        if (job->warm_up) warm_ = true;
+      }
+      finished_.notify_all();
+    }
+  }
+
+  static void warm_up_now(const std::vector<Context>& contexts) {
+    std::vector<torch::CapturedTraceback*> tracebacks;
+    for (const Context& c : contexts) {
+      if (auto* tb = dynamic_cast<torch::CapturedTraceback*>(c.get())) tracebacks.push_back(tb);
+    }
+    pybind11::gil_scoped_acquire gil;
+    torch::symbolize(tracebacks);
+  }
+
+  CApiTable api_;
+  ContextTable& table_;
+  std::atomic<bool> warming_{false}, warm_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_, finished_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::thread thread_;
+  bool stopped_ = false;
+};
+
+// Empties the context table's stale slots every 20 ms, on its own thread: dropping a context may take torch's
+// locks, which the tracker must never do (context_table.hpp).
+class Reclaimer {
+ public:
+  Reclaimer(ContextTable& table, Symbolizer& symbolizer)
+      : table_(table), symbolizer_(symbolizer), thread_([this] { loop(); }) {}
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stopped_; })) {
+      lock.unlock();
+      table_.reclaim();
+      if (!warm_up_asked_ && table_.kept() > 0) {
+        // The first context this process kept (deferred id -2: sequence 0), if the history still holds it.
+        if (auto first = table_.find(-2); first.found && first.context) symbolizer_.warm_up(first.context);
+        warm_up_asked_ = true;
+      }
+      lock.lock();
+    }
+  }
+  ContextTable& table_;
+  Symbolizer& symbolizer_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopped_ = false;
+  bool warm_up_asked_ = false;
+  std::thread thread_;  // last: started once the members it uses exist
+};
 
 // What is attached. Built once and never freed (torch cannot detach a hook): lives until the process ends.
 struct Plugin {
@@ -51,8 +245,51 @@ struct Plugin {
   alloc::OutOfMemoryObserver oom_observer;
   bool attached = false;  // handed to the allocator
   int devices = 0;        // CUDA devices visible when attached (0: torch passed the hooks to no device allocator)
+  // Python stacks of live events (when liboomflight has oomflight_set_stack_resolver)
+  std::unique_ptr<ContextTable> contexts;
+  std::unique_ptr<Symbolizer> symbolizer;
+  std::unique_ptr<Reclaimer> reclaimer;
 };
 Plugin* g_plugin = nullptr;
+
+std::int32_t keep_context(void* sink, const void* context) noexcept {
+  return static_cast<ContextTable*>(sink)->put(*static_cast<const Context*>(context));
+}
+
+// oomflight_stack_resolver: liboomflight calls it at every freeze with the deferred ids of the frozen events.
+int resolve_stacks(void* user, const std::int32_t* deferred, std::size_t count, std::int32_t* ids,
+                   std::uint32_t timeout_ms) noexcept {
+  try {
+    Plugin& p = *static_cast<Plugin*>(user);
+    p.contexts->resolve(deferred, count, ids,
+                        [&](const std::vector<Context>& contexts, const std::vector<std::int32_t>& their_ids,
+                            std::vector<std::int32_t>& stack_ids) {
+                          return p.symbolizer->run(contexts, their_ids, stack_ids, timeout_ms);
+                        });
+    return 0;
+  } catch (...) {
+    return 1;  // the ids left at -1: events without stacks, never a failed dump
+  }
+}
+
+// Keeps entries' contexts and registers the resolver, when this liboomflight can take deferred stacks.
+void start_stacks(Plugin& p) {
+  if (p.api.set_stack_resolver == nullptr) return;
+  std::uint64_t max_entries = 0;
+  p.api.set_stack_resolver(nullptr, nullptr, &max_entries);
+  if (max_entries == 0) return;  // not initialised: no history to keep contexts for
+  p.contexts = std::make_unique<ContextTable>(static_cast<std::size_t>(max_entries));
+  p.symbolizer = std::make_unique<Symbolizer>(p.api, *p.contexts);
+  p.reclaimer = std::make_unique<Reclaimer>(*p.contexts, *p.symbolizer);
+  p.tracker.set_context_sink(&keep_context, p.contexts.get());
+  p.api.set_stack_resolver(&resolve_stacks, &p, nullptr);
+  // Registered after torch's statics were built, so run before they are destroyed: the reclaimer drops
+  // contexts through torch's CapturedTraceback code.
+  std::atexit([] {
+    if (g_plugin != nullptr && g_plugin->reclaimer) g_plugin->reclaimer->stop();
+    if (g_plugin != nullptr && g_plugin->symbolizer) g_plugin->symbolizer->stop();
+  });
+}
 
 // PyTorch's format_size, so that the archive's reason reads like torch's own OutOfMemoryError.
 std::string format_size(std::uint64_t bytes) {
@@ -98,7 +335,13 @@ std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vecto
     symbolized = torch::symbolize(tracebacks);
   }
   std::vector<abi::Frame> frames;
+  // Many contexts share a call site (every step allocates from the same lines): intern each stack once.
+  std::map<std::vector<std::uint64_t>, std::int32_t> interned;
   for (std::size_t k = 0; k < symbolized.tracebacks.size() && k < owners.size(); ++k) {
+    if (const auto it = interned.find(symbolized.tracebacks[k]); it != interned.end()) {
+      ids[owners[k]] = it->second;
+      continue;
+    }
     frames.clear();
     for (const std::uint64_t index : symbolized.tracebacks[k]) {
       if (index >= symbolized.all_frames.size()) continue;
@@ -111,6 +354,7 @@ std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vecto
     }
     std::int32_t id = -1;
     if (api.intern_stack(frames.data(), frames.size(), &id) == 0) ids[owners[k]] = id;
+    interned.emplace(symbolized.tracebacks[k], ids[owners[k]]);
   }
   return ids;
 }
@@ -213,6 +457,8 @@ std::string attach(const std::map<std::string, std::uint64_t>& addresses,
       api.log = function_at<int(int, const char*)>(addresses, "oomflight_log");
       api.intern_stack = function_at<int(const abi::Frame*, std::size_t, std::int32_t*)>(addresses,
                                                                                         "oomflight_intern_stack");
+      api.set_stack_resolver = function_at<int(CApiTable::StackResolver, void*, std::uint64_t*)>(
+          addresses, "oomflight_set_stack_resolver");
       if (!api.complete()) return "the oomflight C API table is incomplete (an older liboomflight?)";
       if (api.abi_version() != abi::kVersion) {
         return "liboomflight's C ABI version " + std::to_string(api.abi_version()) + " is not the plugin's " +
@@ -223,6 +469,7 @@ std::string attach(const std::map<std::string, std::uint64_t>& addresses,
         plugin->tracker.seed(device, allocated, reserved, capacity);
       }
       Plugin* p = plugin.get();
+      start_stacks(*p);
       p->trace_callback = [p](const Entry& entry) { p->tracker.on_entry(entry); };
       p->oom_observer = [p](std::int64_t device, std::size_t alloc_bytes, std::size_t device_total,
                             std::size_t device_free) {
@@ -261,6 +508,9 @@ std::map<std::string, std::uint64_t> counters() {
           {"unmapped", g_plugin->tracker.unmapped()},
           {"not_recorded", g_plugin->tracker.not_recorded()},
           {"observer_dumps", g_plugin->tracker.observer_dumps()},
+          {"contexts_kept", g_plugin->contexts ? g_plugin->contexts->kept() : 0u},
+          {"contexts_refused", g_plugin->contexts ? g_plugin->contexts->busy() : 0u},
+          {"symbolizer_warm", g_plugin->symbolizer && g_plugin->symbolizer->warm() ? 1u : 0u},
           {"attached", g_plugin->attached ? 1u : 0u},
           {"devices", static_cast<std::uint64_t>(g_plugin->devices)}};
 }
@@ -384,6 +634,23 @@ std::string observe_built(std::int64_t device, std::uint64_t alloc_bytes, std::u
   }
 }
 
+// A signal dump asked for on another thread while this one keeps the GIL (the caller's, never released here): what
+// oomflight's watcher meets when the training thread holds the GIL in a collective. Returns (the dump's seconds
+// as liboomflight measured them, the C API's return code).
+std::tuple<double, int> dump_from_thread_holding_gil() {
+  if (g_plugin == nullptr) return {0.0, -1};
+  abi::DumpResult result;
+  int code = 0;
+  std::thread other([&] {
+    abi::DumpRequest request;
+    request.kind = abi::kDumpSignal;
+    request.reason = "a dump while another thread holds the GIL";
+    code = g_plugin->api.request_dump(&request, &result);
+  });
+  other.join();
+  return {result.seconds, code};
+}
+
 // The frames torch gathers here, symbolised (what a context of the caller's line would give).
 std::vector<std::tuple<std::string, std::string, int>> gather_frames() {
   std::vector<std::tuple<std::string, std::string, int>> out;
@@ -470,4 +737,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_observe", &observe_built, "Test: DeviceStats and SnapshotInfo built here, through the observer's body");
   m.def("self_test", &self_test::run, "One TraceEntry of every action and one observer call over a counting C API");
   m.def("_gather_frames", &gather_frames, "Test: the caller's frames as torch's CapturedTraceback gathers them");
+  m.def("_dump_from_thread_holding_gil", &dump_from_thread_holding_gil,
+        "Test: a signal dump on another thread while this one holds the GIL; (seconds, code)");
 }

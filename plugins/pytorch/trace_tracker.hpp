@@ -31,7 +31,7 @@ namespace abi {
 inline constexpr int kVersion = 1;
 inline constexpr int kAlloc = 0, kFreeRequested = 1, kFreeCompleted = 2, kSegmentAlloc = 3, kSegmentFree = 4,
                      kSegmentMap = 5, kSegmentUnmap = 6, kOom = 7, kSnapshot = 8;
-inline constexpr int kDumpOom = 0;
+inline constexpr int kDumpOom = 0, kDumpSignal = 2;
 inline constexpr int kLogInfo = 2, kLogWarn = 3;
 inline constexpr int kMaxDevices = 64;  ///< devices oomflight_set_memory accepts (0 .. 63)
 

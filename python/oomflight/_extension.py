@@ -27,7 +27,8 @@ def source_dir() -> Path:
     """The extension's sources: copied into the package when installed, or plugins/pytorch in a checkout."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "_torch_plugin", here.parent.parent / "plugins" / "pytorch"):
-        if (candidate / "oomflight_torch.cpp").is_file() and (candidate / "trace_tracker.hpp").is_file():
+        if all((candidate / name).is_file() for name in ("oomflight_torch.cpp", "trace_tracker.hpp",
+                                                          "context_table.hpp")):
             return candidate
     raise PluginError(f"the torch extension's sources are missing (looked in {here / '_torch_plugin'} and "
                       f"{here.parent.parent / 'plugins' / 'pytorch'}); reinstall oomflight")

@@ -11,6 +11,11 @@ optimizer step hooks) unless the job marks them itself. Anything that cannot wor
 cudaMallocAsync backend, an old torch, no extension for this torch and no compiler) is logged once; without a
 device oomflight still starts at once, so batches, metadata and on-demand dumps work on a CPU job too.
 
+Call sites: when torch gathers a context for its allocations (memory history with contexts on, as
+``torch.cuda.memory._record_memory_history(stacks="python")`` or ``install(stacks=True)`` sets it), every event
+carries its Python frames in the archive. The tracker only keeps the context; it is symbolised when a dump
+freezes the history, off the allocator's lock (docs/pytorch.md, "Python stacks").
+
     python -m oomflight.torch --check  # what works here: torch, the extension, the hooks, the device
 """
 from __future__ import annotations
@@ -46,8 +51,14 @@ def _function_addresses() -> dict[str, int]:
 
     lib = _capi.library()
     names = ("oomflight_abi_version", "oomflight_record", "oomflight_set_memory", "oomflight_request_dump",
-             "oomflight_log", "oomflight_intern_stack")
-    return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in names}
+             "oomflight_log", "oomflight_intern_stack", "oomflight_set_stack_resolver")
+    out = {}
+    for name in names:
+        try:
+            out[name] = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
+        except AttributeError:  # an older liboomflight (no deferred stacks): the extension goes without
+            out[name] = 0
+    return out
 
 
 def _start() -> None:
@@ -94,6 +105,11 @@ def _attach() -> None:
                 raise _extension.PluginError(why)
             _state["attached"] = True
             _state["module"] = module
+            if _state.get("stacks"):
+                # Contexts for allocations and frees, Python frames only (cheap to gather); torch's own trace
+                # buffer kept to one entry: oomflight's ring is the history.
+                torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+                                                         max_entries=1)
             _log("debug", f"attached to the CUDA caching allocator of torch {torch.__version__} "
                           f"({_extension.how_loaded()})")
         except Exception as e:  # noqa: BLE001 - never into training
@@ -116,11 +132,14 @@ def stop_marking_batches() -> None:
     _state["auto_batches"] = False
 
 
-def install(*, mark_batches: bool = True, **settings: object) -> bool:
+def install(*, mark_batches: bool = True, stacks: bool = False, **settings: object) -> bool:
     """Installs the hooks in this process; idempotent. `settings` as oomflight.init's (used when install
     initialises oomflight). Returns True when the allocator hooks are (or will be, at CUDA init) attached; False
     with one logged warning when they cannot be. Without a CUDA device oomflight starts at once and records
-    batches and metadata (and dumps on demand) with no allocator events."""
+    batches and metadata (and dumps on demand) with no allocator events. With `stacks`, torch's memory history
+    is turned on with Python contexts once the hooks attach (``_record_memory_history(context="all",
+    stacks="python", max_entries=1)``), so that every event carries its call site; leave it off when the job
+    records memory history itself (its contexts are used as they are)."""
     import torch
 
     with _lock:
@@ -129,6 +148,7 @@ def install(*, mark_batches: bool = True, **settings: object) -> bool:
         _state["installed"] = True
         _state["settings"] = settings
         _state["auto_batches"] = mark_batches
+        _state["stacks"] = stacks
     if mark_batches:
         # torch.optim's namespace does not keep the submodule as an attribute (2.11): import it by name.
         import importlib

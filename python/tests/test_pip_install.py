@@ -22,6 +22,7 @@ class PipInstall(unittest.TestCase):
         plugin = target / "oomflight" / "_torch_plugin"
         self.assertTrue((plugin / "oomflight_torch.cpp").is_file(), sorted(p.name for p in target.rglob("*")))
         self.assertTrue((plugin / "trace_tracker.hpp").is_file())
+        self.assertTrue((plugin / "context_table.hpp").is_file())
         elsewhere = scratch()
         env["PYTHONPATH"] = str(target)
         out = run([PY, "-c", textwrap.dedent("""

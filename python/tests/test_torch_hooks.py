@@ -35,7 +35,7 @@ JOB = textwrap.dedent("""
     m = ext.load(torch)
     assert m.attach(ot._function_addresses(), [(0, 0, 0, 80 << 30), (1, 0, 0, 80 << 30)], False, 0) == ""
     entries = [tuple(e) for e in json.loads(sys.argv[1])]
-    why = m._feed(entries)
+    why = m._feed(entries)  # FEED
     assert why == "", why
     MiB = 1 << 20
     blocks = [(2 * MiB, 2 * MiB - 100, "active_allocated", True), (6 * MiB, 6 * MiB, "inactive", False),
@@ -48,6 +48,31 @@ JOB = textwrap.dedent("""
     assert why == "", why
     print(json.dumps({"path": oomflight._capi.library().oomflight_last_dump_path().decode(),
                       "counters": m.counters()}))
+""")
+
+
+STACKS_JOB = textwrap.dedent("""
+    import json, time, torch, oomflight, oomflight._extension as ext, oomflight.torch as ot
+    oomflight.init(run_name="stacks", folder="out", dump_timeout="2s")
+    m = ext.load(torch)
+    assert m.attach(ot._function_addresses(), [(0, 0, 0, 80 << 30)], False, 0) == ""
+
+    def allocate_here():
+        assert m._feed([("alloc", 0, 0x1000, 4096, 0, True), ("alloc", 0, 0x2000, 4096, 0, True)]) == ""  # FIRST
+
+    allocate_here()  # CALL
+    # torch's first symbolisation imports much of torch (seconds): the extension does it on its helper once the
+    # first context is kept; a dump right after start-up would wait for it (and give up at its deadline).
+    deadline = time.monotonic() + 120
+    while not m.counters()["symbolizer_warm"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = oomflight.request_dump("signal").path
+    assert m._feed([("alloc", 0, 0x3000, 4096, 0, True)]) == ""  # SECOND
+    seconds, code = m._dump_from_thread_holding_gil()
+    second = oomflight._capi.library().oomflight_last_dump_path().decode()
+    third = oomflight.request_dump("signal").path
+    print(json.dumps({"first": first, "second": second, "second_code": code, "second_seconds": seconds,
+                      "third": third, "counters": m.counters()}))
 """)
 
 
@@ -105,6 +130,49 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
             frames = frames_of(f, int(blocks[0]["stack_id"]))
             self.assertEqual(frames[0], ("<module>", str(cwd / "job.py"), line))
             self.assertEqual([int(b["stack_id"]) for b in blocks[1:]], [-1] * 4)
+            # The live events' contexts (the observer's freeze holds the GIL: symbolised on its own thread): each
+            # entry fed with a context carries the line that fed it, the others no stack.
+            feed = next(i for i, text in enumerate(JOB.splitlines(), 1) if "# FEED" in text)
+            for entry, stack_id in zip(ENTRIES, f["events"]["stack_id"]):
+                frames = frames_of(f, int(stack_id))
+                self.assertEqual(frames[:1], [("<module>", str(cwd / "job.py"), feed)] if entry[5] else [], entry)
+        self.assertEqual(result["counters"]["contexts_kept"], sum(1 for e in ENTRIES if e[5]))
+        self.assertEqual(result["counters"]["contexts_refused"], 0)
+
+    def test_live_stacks_are_symbolised_off_the_freezing_thread_and_never_wait_for_a_held_gil(self):
+        cwd = scratch()
+        (cwd / "job.py").write_text(STACKS_JOB)
+        out = run([PY, "job.py"], cwd, child_env())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        result = json.loads(out.stdout.splitlines()[-1])
+        lines = {mark: next(i for i, text in enumerate(STACKS_JOB.splitlines(), 1) if f"# {mark}" in text)
+                 for mark in ("FIRST", "SECOND", "CALL")}
+        job = str(cwd / "job.py")
+
+        def stacks(path):
+            with h5py.File(path, "r") as f:
+                return [frames_of(f, int(s)) for s in f["events"]["stack_id"]]
+
+        # 1. Asked for through ctypes (the GIL released): the helper thread symbolised both events, whole stacks.
+        first = stacks(result["first"])
+        self.assertEqual(len(first), 2)
+        self.assertEqual(first[0][:2], [("allocate_here", job, lines["FIRST"]), ("<module>", job, lines["CALL"])])
+        self.assertEqual(first[1], first[0])
+        # 2. The freezing thread is not the one holding the GIL, which is never released during that dump: the
+        # dump went on without the new event's stack after the resolver's deadline (a quarter of the 2 s
+        # OOMFLIGHT_DUMP_TIMEOUT), said so, and kept the others' stacks (remembered from the first dump).
+        second = stacks(result["second"])
+        self.assertEqual(result["second_code"], 0)
+        self.assertEqual(second[:2], first)
+        self.assertEqual(second[2], [])
+        self.assertIn("the Python stacks of 1 events were not symbolised within 500 ms (the GIL was not free)",
+                      out.stderr)
+        self.assertIn("1 events' call sites were not symbolised (they are recorded with no stack)", out.stderr)
+        # 3. Once the GIL is free the work finishes: the next dump has that event's stack too.
+        third = stacks(result["third"])
+        self.assertEqual(third[2][:1], [("<module>", job, lines["SECOND"])])
+        self.assertEqual(result["counters"]["contexts_kept"], 3)
+        self.assertEqual(result["counters"]["symbolizer_warm"], 1)
 
     def test_install_with_no_device_warns_once_and_still_records_batches_at_optimizer_steps(self):
         cwd = scratch()

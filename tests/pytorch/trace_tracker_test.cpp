@@ -31,7 +31,8 @@ static_assert(tp::abi::kAlloc == OOMFLIGHT_ALLOC && tp::abi::kFreeRequested == O
               tp::abi::kSegmentFree == OOMFLIGHT_SEGMENT_FREE && tp::abi::kSegmentMap == OOMFLIGHT_SEGMENT_MAP &&
               tp::abi::kSegmentUnmap == OOMFLIGHT_SEGMENT_UNMAP && tp::abi::kOom == OOMFLIGHT_OOM &&
               tp::abi::kSnapshot == OOMFLIGHT_SNAPSHOT);
-static_assert(tp::abi::kDumpOom == OOMFLIGHT_DUMP_OOM && tp::abi::kLogWarn == OOMFLIGHT_LOG_WARN);
+static_assert(tp::abi::kDumpOom == OOMFLIGHT_DUMP_OOM && tp::abi::kDumpSignal == OOMFLIGHT_DUMP_SIGNAL &&
+              tp::abi::kLogWarn == OOMFLIGHT_LOG_WARN);
 static_assert(sizeof(tp::abi::Memory) == sizeof(oomflight_memory) &&
               offsetof(tp::abi::Memory, device_free_bytes) == offsetof(oomflight_memory, device_free_bytes));
 // The plugin passes the 0.3 request (with the allocator state), laid out as the header's.
