@@ -12,3 +12,10 @@ mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_snapshot_bench" 100000 10 100
 "$(dirname "$0")/decode_vs_python.sh" "$build"
 "$(dirname "$0")/export_vs_python.sh" "$build"
+# The PyTorch tracker with Python contexts against torch's own history, when the torch test environment and the
+# extension built by the python.torch_install test exist (scripts/python_envs.sh).
+torch_python=$(ls -d "$HOME"/.cache/oomflight/venv-torch-*/bin/python 2>/dev/null | head -1 || true)
+if [[ -n "$torch_python" && -d "$build/torch-site" ]]; then
+  PYTHONPATH="$build/torch-site" OOMFLIGHT_LIBRARY="$build/core/liboomflight.so" \
+    "$torch_python" "$(dirname "$0")/torch_tracker_bench.py"
+fi

@@ -21,6 +21,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -56,6 +57,14 @@ using abi_forced_unwind = __cxxabiv1::__forced_unwind;  // pthread_exit's unwind
 
 std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vector<const Context*>& contexts);
 
+// torch's symbolize once on one context (with the GIL): its first call in a process imports much of torch.
+void warm_up_symbolize(const Context& context) {
+  auto* tb = dynamic_cast<torch::CapturedTraceback*>(context.get());
+  if (tb == nullptr) return;
+  pybind11::gil_scoped_acquire gil;
+  torch::symbolize({tb});
+}
+
 // Symbolises the contexts a freeze asks for (docs/pytorch.md, "Python stacks"). torch's symboliser needs the GIL,
 // and the freezing thread may be oomflight's watcher while the training thread holds the GIL in a collective:
 // waiting for the GIL there could hang the dump. So a thread that holds the GIL symbolises at once; any other
@@ -76,13 +85,7 @@ class Symbolizer {
     auto job = std::make_shared<Job>();
     job->contexts = contexts;
     job->deferred = deferred;
-    {
-      std::lock_guard lock(mutex_);
-      if (stopped_) return false;
-      queue_.push_back(job);
-      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-    }
-    wake_.notify_one();
+    if (!post(job)) return false;
     std::unique_lock lock(mutex_);
     if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
       api_.log(abi::kLogWarn, ("the Python stacks of " + std::to_string(contexts.size()) +
@@ -102,13 +105,7 @@ class Symbolizer {
     auto job = std::make_shared<Job>();
     job->contexts.push_back(first);
     job->warm_up = true;
-    {
-      std::lock_guard lock(mutex_);
-      if (stopped_) return;
-      queue_.push_back(job);
-      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-    }
-    wake_.notify_one();
+    post(job);
   }
   bool warm() const { return warm_.load(); }
 
@@ -128,6 +125,18 @@ class Symbolizer {
     bool done = false;
     bool warm_up = false;  // symbolise only: nothing is interned
   };
+
+  // Queues a job for the helper thread (started at the first); false once stopped.
+  bool post(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_) return false;
+      queue_.push_back(job);
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    }
+    wake_.notify_one();
+    return true;
+  }
 
   static bool python_usable() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -157,7 +166,7 @@ class Symbolizer {
       std::vector<std::int32_t> ids;
       try {
         if (job->warm_up) {
-          if (python_usable()) warm_up_now(job->contexts);
+          if (python_usable()) warm_up_symbolize(job->contexts.front());
         } else if (python_usable()) {
           ids = symbolize(job->contexts);
         }
@@ -177,15 +186,6 @@ class Symbolizer {
       }
       finished_.notify_all();
     }
-  }
-
-  static void warm_up_now(const std::vector<Context>& contexts) {
-    std::vector<torch::CapturedTraceback*> tracebacks;
-    for (const Context& c : contexts) {
-      if (auto* tb = dynamic_cast<torch::CapturedTraceback*>(c.get())) tracebacks.push_back(tb);
-    }
-    pybind11::gil_scoped_acquire gil;
-    torch::symbolize(tracebacks);
   }
 
   CApiTable api_;
@@ -651,6 +651,77 @@ std::tuple<double, int> dump_from_thread_holding_gil() {
   return {result.seconds, code};
 }
 
+// Per-event costs, ns, measured here in the same run (bench/torch_tracker_bench.py; docs/performance.md): what torch
+// pays per allocation when it records memory history (gathering the Python context; building a TraceEntry and
+// storing it in a ring of entries under a mutex, as its trace buffer does), and what oomflight's trace callback
+// adds, without and with a context to keep. Then, at a freeze, resolving `n` deferred ids of distinct contexts
+// gathered at one call site (the helper's first symbolisation done first). Needs an attached plugin with stacks
+// (attach after init); the events go to the ring as any would.
+std::map<std::string, double> bench(std::size_t n) {
+  std::map<std::string, double> out;
+  if (g_plugin == nullptr || !g_plugin->contexts) return out;
+  Plugin& p = *g_plugin;
+  using clock = std::chrono::steady_clock;
+  const auto ns_per = [&](clock::time_point start, std::size_t count) {
+    return std::chrono::duration<double, std::nano>(clock::now() - start).count() / static_cast<double>(count);
+  };
+  const std::size_t keep = p.contexts->keep();
+  const std::size_t batch = std::min(n, keep);
+  // torch: the context gathered for each allocation (CapturedTraceback::gather, Python frames only)
+  std::vector<Context> contexts;
+  contexts.reserve(batch);
+  auto start = clock::now();
+  for (std::size_t i = 0; i < batch; ++i) contexts.push_back(gather_python_context());
+  out["torch_gather_context_ns"] = ns_per(start, batch);
+  // torch: a TraceEntry built and stored in a ring of entries under a mutex (its alloc_buffer)
+  std::vector<Entry> ring(1000, make_entry<Entry>(Entry::Action::ALLOC, 0, 0, 0, stream_from(0), nullptr));
+  std::mutex ring_mutex;
+  start = clock::now();
+  for (std::size_t i = 0; i < batch; ++i) {
+    Entry e = make_entry<Entry>(Entry::Action::ALLOC, 0, 0x1000 + 512 * i, 512, stream_from(0), contexts[i]);
+    std::lock_guard lock(ring_mutex);
+    ring[i % ring.size()] = std::move(e);
+  }
+  out["torch_trace_entry_ns"] = ns_per(start, batch);
+  ring.clear();
+  // oomflight: the trace callback torch calls, without a context, then with one (kept in the table)
+  std::vector<Entry> plain, with_context;
+  plain.reserve(batch);
+  with_context.reserve(batch);
+  for (std::size_t i = 0; i < batch; ++i) {
+    const auto action = i % 2 == 0 ? Entry::Action::ALLOC : Entry::Action::FREE_REQUESTED;
+    plain.push_back(make_entry<Entry>(action, 0, 0x1000 + 512 * (i / 2), 512, stream_from(0), nullptr));
+    with_context.push_back(make_entry<Entry>(action, 0, 0x1000 + 512 * (i / 2), 512, stream_from(0), contexts[i]));
+  }
+  start = clock::now();
+  for (const Entry& e : plain) p.trace_callback(e);
+  out["oomflight_tracker_ns"] = ns_per(start, batch);
+  p.contexts->reclaim();  // the slots this batch will use are empty (reclaimed every 20 ms in a job)
+  const std::uint64_t refused = p.contexts->busy();
+  start = clock::now();
+  for (const Entry& e : with_context) p.trace_callback(e);
+  out["oomflight_tracker_with_context_ns"] = ns_per(start, batch);
+  out["contexts_refused"] = static_cast<double>(p.contexts->busy() - refused);
+  // the freeze: resolving the deferred ids of the last batch (symbolise on this thread, which holds the GIL)
+  p.contexts->reclaim();
+  std::vector<std::int32_t> deferred;
+  for (std::size_t i = 0; i < batch; ++i) deferred.push_back(p.contexts->put(contexts[i]));
+  std::vector<std::int32_t> ids(deferred.size(), -1);
+  warm_up_symbolize(contexts.front());
+  start = clock::now();
+  resolve_stacks(&p, deferred.data(), deferred.size(), ids.data(), 60000);
+  out["resolve_ms"] = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  out["resolved"] = static_cast<double>(std::count_if(ids.begin(), ids.end(), [](std::int32_t id) { return id >= 0; }));
+  // torch's symbolize alone on the same contexts (what _snapshot pays for their frames)
+  std::vector<torch::CapturedTraceback*> tracebacks;
+  for (const Context& c : contexts) tracebacks.push_back(dynamic_cast<torch::CapturedTraceback*>(c.get()));
+  start = clock::now();
+  torch::symbolize(tracebacks);
+  out["torch_symbolize_ms"] = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  out["events"] = static_cast<double>(batch);
+  return out;
+}
+
 // The frames torch gathers here, symbolised (what a context of the caller's line would give).
 std::vector<std::tuple<std::string, std::string, int>> gather_frames() {
   std::vector<std::tuple<std::string, std::string, int>> out;
@@ -737,6 +808,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_observe", &observe_built, "Test: DeviceStats and SnapshotInfo built here, through the observer's body");
   m.def("self_test", &self_test::run, "One TraceEntry of every action and one observer call over a counting C API");
   m.def("_gather_frames", &gather_frames, "Test: the caller's frames as torch's CapturedTraceback gathers them");
+  m.def("_bench", &bench, pybind11::arg("n"), "Benchmark: per-event ns of torch's history and of the tracker");
   m.def("_dump_from_thread_holding_gil", &dump_from_thread_holding_gil,
         "Test: a signal dump on another thread while this one holds the GIL; (seconds, code)");
 }

@@ -23,7 +23,7 @@ Session::Session(Config config, MPI_Comm world)
   set_log_level(config_.log_level);
   keep_hdf5_out_of_process_exit();
   // Symbolising deferred stacks at a freeze is the first step of a dump: it gets a quarter of the dump's
-  // deadline, at most 2 s (100,000 Python contexts symbolise in about 0.5 s, docs/performance.md).
+  // deadline, at most 2 s (100,000 Python contexts resolve in about 0.12 s, docs/performance.md).
   recorder_.set_resolve_timeout(static_cast<std::uint32_t>(
       std::min<std::int64_t>(2000, std::max<std::int64_t>(1, config_.dump_timeout.count() / 4))));
   MPI_Comm comm = MPI_COMM_NULL;
