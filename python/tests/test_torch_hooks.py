@@ -3,12 +3,13 @@ streams) through the exact trace callback the extension hands to the allocator; 
 DeviceStats and SnapshotInfo objects, whose blocks carry real Python contexts gathered by torch's CapturedTraceback;
 and install() against the real allocator with no device. Archives are read with h5py."""
 import json
+import pickle
 import textwrap
 import unittest
 
 import h5py
 
-from support import PY, TORCH_SITE, child_env, frames_of, read_archive, run, scratch
+from support import CLI, PY, TORCH_SITE, child_env, frames_of, read_archive, run, scratch
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -171,6 +172,28 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
         # 3. Once the GIL is free the work finishes: the next dump has that event's stack too.
         third = stacks(result["third"])
         self.assertEqual(third[2][:1], [("<module>", job, lines["SECOND"])])
+        # The exports carry them as for an imported snapshot: memory_viz trace entries with PyTorch's frame dicts,
+        # folded stacks of the live bytes (3 x 4096, all from the two call sites).
+        self.assertTrue(CLI, "TEST_CLI: the oomflight CLI")
+        out = run([CLI, "export", result["third"], "--format", "memory_viz", "-o", str(cwd / "viz")], cwd, child_env())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        (pickle_path,) = (cwd / "viz").iterdir()
+        with open(pickle_path, "rb") as f:
+            snapshot = pickle.load(f)
+        trace = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+        self.assertEqual([e["addr"] for e in trace], [0x1000, 0x2000, 0x3000])
+        self.assertEqual({k: trace[0]["frames"][0][k] for k in ("name", "filename", "line")},
+                         {"name": "allocate_here", "filename": job, "line": lines["FIRST"]})
+        self.assertEqual(trace[2]["frames"][0]["line"], lines["SECOND"])
+        folded = cwd / "third.folded"
+        out = run([CLI, "export", result["third"], "--format", "folded", "-o", str(folded)], cwd, child_env())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        rows = dict(line.rsplit(" ", 1) for line in folded.read_text().splitlines())
+        self.assertEqual(sum(int(v) for v in rows.values()), 3 * 4096)
+        by_bytes = sorted((int(v), k) for k, v in rows.items())
+        self.assertEqual([v for v, _ in by_bytes], [4096, 8192], rows)
+        self.assertIn("allocate_here", by_bytes[1][1].split(";")[-1], rows)  # innermost frame last
+        self.assertNotIn("allocate_here", by_bytes[0][1], rows)
         self.assertEqual(result["counters"]["contexts_kept"], 3)
         self.assertEqual(result["counters"]["symbolizer_warm"], 1)
 
