@@ -1,0 +1,69 @@
+"""The GPU check's prepare step (scripts/gpu_check/prepare.sh), as CI runs it: the folder it makes fits the device
+machine's 64 MiB, and with this machine's own Open MPI hidden (a private mount namespace binds empty folders over
+its libraries, components and data files, as on the GPU machine, which has none) the folder's mpirun and CLI run
+the demo: 2 ranks, rank 1 out of memory, one archive of both ranks naming rank 1. Usage:
+    prepare_test.py SOURCE_DIR BUILD_DIR SNAPSHOT_DIR"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import h5py
+
+SOURCE, BUILD, SNAPSHOTS = (Path(a).resolve() for a in sys.argv[1:4]) if len(sys.argv) > 3 else (None, None, None)
+HIDDEN = ["/usr/lib/x86_64-linux-gnu/openmpi", "/usr/share/openmpi", "/etc/openmpi"]
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OOMFLIGHT_", "OMPI_", "OPAL_"))}
+
+
+class Prepare(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if SOURCE is None:
+            raise unittest.SkipTest("usage: prepare_test.py SOURCE_DIR BUILD_DIR SNAPSHOT_DIR")
+        cls.work = Path(tempfile.mkdtemp(prefix="oomflight-gpu-check-"))
+        cls.bundle = cls.work / "gpu-check"
+        r = subprocess.run([SOURCE / "scripts/gpu_check/prepare.sh", BUILD, cls.bundle], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        cls.prepare_out = r.stdout
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def test_the_folder_fits_the_device_and_carries_no_c_runtime(self):
+        size = sum(p.lstat().st_size for p in self.bundle.rglob("*"))
+        self.assertLess(size, 64 << 20, self.prepare_out)
+        libs = sorted(p.name for p in (self.bundle / "lib").iterdir())
+        for name in ("liboomflight.so", "libmpi.so.40", "libhdf5_openmpi.so.103", "libopen-pal.so.40"):
+            self.assertIn(name, libs)
+        for name in libs:
+            self.assertFalse(name.startswith(("libc.so", "libstdc++", "libgcc_s", "ld-linux")), name)
+
+    def test_its_mpirun_and_cli_run_the_demo_without_this_machines_open_mpi(self):
+        trace = SNAPSHOTS / "transformer-lm-fullstep-ctx128.pickle"
+        hide = "; ".join(f"mount --bind {self.work / 'empty'} {d}" for d in HIDDEN)
+        (self.work / "empty").mkdir(exist_ok=True)
+        job = (f"{hide}; ls /usr/share/openmpi | wc -l; source {self.bundle}/env.sh; "
+               f"mpirun --oversubscribe -np 2 oomflight run --run-name relocated -- oomflight replay {trace} "
+               f"--device-memory 64GiB --rank-device-memory 1=40GiB --steps 1")
+        if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+            self.skipTest("unshare -m is not permitted here (needs root): Open MPI cannot be hidden")
+        r = subprocess.run(["unshare", "-m", "bash", "-c", job], cwd=self.work, env=ENV, capture_output=True,
+                           text=True, timeout=120)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.stdout.splitlines()[0], "0", "the system's Open MPI data files must be hidden:\n" + out)
+        self.assertNotEqual(r.returncode, 0, out)  # rank 1's out-of-memory error ends the job, as it should
+        archive = self.work / "relocated/oomflight/oom.0.h5"
+        self.assertTrue(archive.exists(), out)
+        with h5py.File(archive, "r") as f:
+            self.assertEqual(int(f.attrs["complete"]), 1)
+            self.assertEqual(list(f.attrs["origin_ranks"]), [1])
+            self.assertEqual(sorted(int(r["rank"]) for r in f["ranks"][...]), [0, 1])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
