@@ -47,11 +47,16 @@ def main():
     p.add_argument("--cap-rank", type=int, default=-1, help="the rank whose GPU memory is capped")
     p.add_argument("--cap-gib", type=float, default=1.0, help="that rank's cap, GiB")
     p.add_argument("--grow", type=float, default=1.25, help="batch growth per step on the capped rank")
+    p.add_argument("--snapshot-dir", default="", help="record PyTorch's memory history and write its snapshots "
+                   "there: rank{R}.step1.pickle after the second step, rank{R}.oom.pickle at an out-of-memory error")
     args = p.parse_args()
 
     rank, size, local = world()
     torch.cuda.set_device(local % torch.cuda.device_count())
     device = torch.device("cuda", torch.cuda.current_device())
+    if args.snapshot_dir:
+        os.makedirs(args.snapshot_dir, exist_ok=True)
+        torch.cuda.memory._record_memory_history(max_entries=100000)
     if rank == args.cap_rank:
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total), device)
@@ -68,20 +73,32 @@ def main():
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = args.batch
+    times = []
     for step in range(args.steps):
         t0 = time.perf_counter()
         tokens = torch.randint(0, args.vocab, (batch, args.seq), device=device)
-        logits = model(tokens[:, :-1])
-        loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
+        try:
+            logits = model(tokens[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
+            loss.backward()
+        except torch.OutOfMemoryError:
+            if args.snapshot_dir:
+                torch.cuda.memory._dump_snapshot(os.path.join(args.snapshot_dir, f"rank{rank}.oom.pickle"))
+            raise
         opt.step()  # oomflight marks a batch at every optimizer step
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        if args.snapshot_dir and step == 1:
+            torch.cuda.memory._dump_snapshot(os.path.join(args.snapshot_dir, f"rank{rank}.step1.pickle"))
         if rank == 0:
             print(f"step {step} loss {loss.item():.3f} {1000 * (time.perf_counter() - t0):.1f} ms "
                   f"reserved {torch.cuda.memory_reserved() / 2**30:.2f} GiB", flush=True)
         if rank == args.cap_rank:
             batch = int(batch * args.grow) + 1  # the capped rank's activations grow until they do not fit
+    if rank == 0 and len(times) > 2:
+        steady = sorted(times[2:])  # the first steps compile and warm the allocator
+        print(f"median step {1000 * steady[len(steady) // 2]:.2f} ms over {len(steady)} steps", flush=True)
     if size > 1:
         dist.destroy_process_group()
 

@@ -1,0 +1,233 @@
+"""oomflight's checks on a real GPU (docs/pytorch.md, "The GPU check"), run by scripts/gpu_check/run.sh after the
+extension was built against the machine's torch. Each check prints one line and adds itself to OUT/summary.json:
+
+  single   one process, torch's memory history on with Python contexts, oomflight.torch.install(): oomflight's
+           events against torch.cuda.memory._snapshot()["device_traces"], entry for entry (action, address,
+           size, stream, innermost frames)
+  capped   one process capped with set_per_process_memory_fraction, allocating until torch raises a real
+           OutOfMemoryError: an archive of one rank, origin 0, whose state rows equal _snapshot()["segments"]
+  ranks    examples/pytorch/train.py under mpirun -np 4 on the one GPU (gloo), rank 2 capped: one archive of 4
+           ranks, origin 2, whose origin state rows equal rank 2's own snapshot at the error
+  steps    the example's median step time, one process, without and with `oomflight run`
+
+Usage: check_gpu.py OUT [CHECK...]   (all four by default)"""
+import glob
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+TRAIN = ROOT / "examples/pytorch/train.py"
+ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+           "segment_unmap", "oom", "snapshot", "step"]  # the archive's numbering (docs/archive-format.md)
+
+
+def archive_events(path):
+    """(action name, addr, size, stream, innermost frame or None) of rank 0's events, step marks left out."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        strings, blob = f["strings"][()], f["string_data"][()].tobytes()
+
+        def text(i):
+            return blob[strings[i]["offset"]: strings[i]["offset"] + strings[i]["length"]].decode()
+
+        def innermost(stack_id):
+            if stack_id < 0:
+                return None
+            st = f["stacks"][stack_id]
+            if st["frame_count"] == 0:
+                return None
+            row = f["frames"][f["stack_frames"][st["frame_offset"]]]
+            return (text(row["function"]), text(row["file"]), int(row["line"]))
+
+        out = []
+        for e in f["events"][()]:
+            action = ACTIONS[int(e["action"])]
+            if action != "step":
+                out.append((action, int(e["addr"]), int(e["size"]), int(e["stream"]), innermost(int(e["stack_id"]))))
+        return out
+
+
+def torch_events(trace):
+    def innermost(entry):
+        frames = entry.get("frames") or []
+        python = [f for f in frames if f["filename"].endswith(".py")]
+        f = python[0] if python else None
+        return (f["name"], f["filename"], int(f["line"])) if f else None
+
+    return [(e["action"], int(e["addr"]), int(e["size"]), int(e["stream"]), innermost(e)) for e in trace]
+
+
+def check_single(out: Path) -> dict:
+    import torch
+
+    import oomflight
+    import oomflight.torch as ot
+
+    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=100000)
+    assert ot.install(run_name="gpu-single", folder=str(out / "single"), mark_batches=True), ot.status()
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(5):
+        model(torch.randn(256, 1024, device="cuda")).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    trace = torch_events(torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()])
+    ours = archive_events(oomflight.request_dump("signal").path)
+    # The tracker was attached after history began: compare from oomflight's first event on.
+    n = min(len(ours), len(trace))
+    ours, trace = ours[-n:], trace[-n:]
+    same = sum(1 for a, b in zip(ours, trace) if a[:4] == b[:4])
+    same_frames = sum(1 for a, b in zip(ours, trace) if a[:4] == b[:4] and a[4] == b[4])
+    with_frames = sum(1 for a in ours if a[4] is not None)
+    first_diff = next((i for i, (a, b) in enumerate(zip(ours, trace)) if a != b), None)
+    ok = n > 100 and same == n and same_frames == n
+    return {"ok": ok, "entries_compared": n, "same_action_addr_size_stream": same, "same_innermost_frame": same_frames,
+            "events_with_frames": with_frames, "first_difference": None if first_diff is None else
+            {"index": first_diff, "oomflight": ours[first_diff], "torch": trace[first_diff]},
+            "counters": ot.status().get("counters")}
+
+
+def state_rows(path):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        segments = [(int(s["address"]), int(s["total_size"]), int(s["stream"])) for s in f["state_segments"][()]]
+        blocks = [(int(b["address"]), int(b["size"]), int(b["state"])) for b in f["state_blocks"][()]]
+    return sorted(segments), sorted(blocks)
+
+
+def snapshot_rows(snapshot, device):
+    states = {"active_allocated": 0, "active_pending_free": 1, "inactive": 2}
+    segments, blocks = [], []
+    for s in snapshot["segments"]:
+        if s["device"] != device:
+            continue
+        segments.append((int(s["address"]), int(s["total_size"]), int(s["stream"])))
+        address = int(s["address"])
+        for b in s["blocks"]:
+            blocks.append((address, int(b["size"]), states[b["state"]]))
+            address += int(b["size"])
+    return sorted(segments), sorted(blocks)
+
+
+def check_capped(out: Path) -> dict:
+    code = f"""
+import json, torch, oomflight, oomflight.torch as ot
+torch.cuda.memory._record_memory_history(max_entries=100000)
+ot.install(run_name="gpu-capped", folder={str(out / "capped")!r})
+torch.cuda.set_per_process_memory_fraction(0.02)
+kept = []
+try:
+    while True:
+        kept.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+except torch.OutOfMemoryError as e:
+    import pickle
+    pickle.dump(torch.cuda.memory._snapshot(), open({str(out / "capped.pickle")!r}, "wb"))
+    print(json.dumps({{"error": str(e).splitlines()[0], "path": oomflight._capi.library().oomflight_last_dump_path().decode()}}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 or not r.stdout.strip():
+        return {"ok": False, "stderr": r.stderr[-3000:]}
+    result = json.loads(r.stdout.splitlines()[-1])
+    import h5py
+
+    with h5py.File(result["path"], "r") as f:
+        origins = [int(x) for x in f.attrs["origin_ranks"]]
+        ranks = [int(row["rank"]) for row in f["ranks"][()]]
+        reason = f.attrs["reason"].decode() if isinstance(f.attrs["reason"], bytes) else str(f.attrs["reason"])
+    with open(out / "capped.pickle", "rb") as fh:
+        snap = pickle.load(fh)
+    ours, theirs = state_rows(result["path"]), snapshot_rows(snap, 0)
+    ok = origins == [0] and ranks == [0] and ours == theirs
+    return {"ok": ok, "archive": result["path"], "torch_error": result["error"], "reason": reason,
+            "origins": origins, "segments": [len(ours[0]), len(theirs[0])], "blocks": [len(ours[1]), len(theirs[1])],
+            "state_equal": ours == theirs}
+
+
+def run_job(cmd, cwd, timeout=600):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def check_ranks(out: Path) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="oomflight-ranks-"))
+    snapshots = out / "snapshots"
+    r = run_job(["mpirun", "--oversubscribe", "-np", "4", "oomflight", "run", "--run-name", "capped4", "--",
+                 sys.executable, str(TRAIN), "--cap-rank", "2", "--cap-gib", "1.5", "--steps", "30",
+                 "--snapshot-dir", str(snapshots)], work)
+    archives = sorted(glob.glob(str(work / "capped4/oomflight/oom.*.h5")))
+    result = {"rc": r.returncode, "archives": [Path(a).name for a in archives], "log_tail": (r.stdout + r.stderr)[-3000:]}
+    if len(archives) != 1:
+        return {"ok": False, **result}
+    import h5py
+
+    with h5py.File(archives[0], "r") as f:
+        origins = [int(x) for x in f.attrs["origin_ranks"]]
+        ranks = sorted(int(row["rank"]) for row in f["ranks"][()])
+    oom_pickle = snapshots / "rank2.oom.pickle"
+    state_equal = None
+    if oom_pickle.exists():
+        with open(oom_pickle, "rb") as fh:
+            snap = pickle.load(fh)
+        state_equal = state_rows(archives[0]) == snapshot_rows(snap, 0)
+    ok = r.returncode != 0 and origins == [2] and ranks == [0, 1, 2, 3] and state_equal is True
+    return {"ok": ok, **result, "origins": origins, "ranks": ranks, "origin_state_equals_rank2_snapshot": state_equal}
+
+
+def check_steps(out: Path) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="oomflight-steps-"))
+    base = [sys.executable, str(TRAIN), "--steps", "40"]
+    times = {}
+    for name, cmd in (("without", base), ("with", ["oomflight", "run", "--run-name", "steps", "--"] + base),
+                      ("without_again", base)):
+        r = run_job(cmd, work)
+        m = re.search(r"median step ([0-9.]+) ms", r.stdout)
+        times[name] = float(m.group(1)) if m else None
+        if not m:
+            times[name + "_log"] = (r.stdout + r.stderr)[-2000:]
+    ok = all(times.get(k) for k in ("without", "with", "without_again"))
+    return {"ok": ok, "median_step_ms": times}
+
+
+CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps}
+
+
+def main() -> int:
+    out = Path(sys.argv[1]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    names = sys.argv[2:] or list(CHECKS)
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    import torch
+
+    if not torch.cuda.is_available():
+        summary["machine"] = {"torch": torch.__version__, "device": None, "python": sys.version.split()[0]}
+        summary_path.write_text(json.dumps(summary, indent=1))
+        print(f"check_gpu.py: torch {torch.__version__} sees no CUDA device: these checks need one", file=sys.stderr)
+        return 2
+    summary["machine"] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+                          "python": sys.version.split()[0]}
+    for name in names:
+        start = time.monotonic()
+        try:
+            summary[name] = CHECKS[name](out)
+        except Exception as e:  # noqa: BLE001 - a failed check is a result, the others still run
+            summary[name] = {"ok": False, "exception": f"{type(e).__name__}: {e}"}
+        summary[name]["seconds"] = round(time.monotonic() - start, 1)
+        print(f"{name}: {'ok' if summary[name]['ok'] else 'FAILED'} ({summary[name]['seconds']} s)", flush=True)
+        summary_path.write_text(json.dumps(summary, indent=1, default=str))
+    return 0 if all(summary[n]["ok"] for n in names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
