@@ -30,5 +30,20 @@ TEST(Redact, CommandLineOptions) {
             "run(token='<redacted>', x=1)");
 }
 
+TEST(Redact, UrlUserinfoInArgumentsAndValues) {
+  EXPECT_EQ(redacted_command_line({"python", "train.py", "--db", "postgres://user:password@db.example:5432/runs",
+                                   "--repo=https://user:ghp_token@github.com/org/repo.git"}),
+            "python train.py --db postgres://<redacted>@db.example:5432/runs "
+            "--repo=https://<redacted>@github.com/org/repo.git");
+  EXPECT_EQ(redacted("DATABASE_URL", "mysql://root:hunter2@localhost/db"), "mysql://<redacted>@localhost/db");
+  EXPECT_EQ(redacted("PIP_INDEX_URL", "https://__token__:pypi-abc@pypi.example/simple"),
+            "https://<redacted>@pypi.example/simple");
+  // The last '@' of the authority ends the userinfo (an '@' in a password); one after the path is the path's.
+  EXPECT_EQ(redacted_urls("s3://a@b:c@bucket/key@v2 and http://host/x@y"), "s3://<redacted>@bucket/key@v2 and http://host/x@y");
+  for (const char* plain : {"https://github.com/org/repo", "file:///tmp/x", "no url here", "a://", "://@"}) {
+    EXPECT_EQ(redacted_urls(plain), plain) << plain;
+  }
+}
+
 }  // namespace
 }  // namespace oomflight

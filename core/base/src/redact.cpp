@@ -18,7 +18,33 @@ bool looks_secret(std::string_view name) {
 }
 
 std::string redacted(std::string_view name, std::string_view value) {
-  return looks_secret(name) ? std::string(kRedacted) : std::string(value);
+  return looks_secret(name) ? std::string(kRedacted) : redacted_urls(value);
+}
+
+std::string redacted_urls(std::string_view text) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t scheme_end = text.find("://", i);
+    if (scheme_end == std::string_view::npos) break;
+    const std::size_t start = scheme_end + 3;
+    std::size_t end = start;
+    while (end < text.size() && text[end] != '/' && text[end] != '?' && text[end] != '#' && text[end] != '"' &&
+           text[end] != '\'' && std::isspace(static_cast<unsigned char>(text[end])) == 0) {
+      ++end;
+    }
+    const std::size_t at = text.substr(start, end - start).rfind('@');
+    out.append(text, i, start - i);
+    if (at != std::string_view::npos && at > 0) {
+      out += kRedacted;
+      out.append(text, start + at, end - (start + at));
+    } else {
+      out.append(text, start, end - start);
+    }
+    i = end;
+  }
+  out.append(text, i, std::string_view::npos);
+  return out;
 }
 
 namespace {
@@ -76,7 +102,7 @@ std::string redacted_command_line(const std::vector<std::string>& arguments) {
       continue;
     }
     const bool option = arg.size() > 1 && arg[0] == '-';
-    out += redact_assignments(arg);
+    out += redacted_urls(redact_assignments(arg));
     hide_next = option && arg.find('=') == std::string::npos && looks_secret(arg);
   }
   return out;
