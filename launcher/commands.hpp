@@ -14,6 +14,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+/// The largest rank the commands accept (--ranks, --world-size - 1): 2^24 - 1, a thousand times the largest jobs
+/// oomflight is built for (docs/scale.md), far from int32's end, whose overflow in world_size is then impossible.
+inline constexpr int kMaxRank = (1 << 24) - 1;
+
 /// A subcommand's action, run after parsing; returns the process's exit code.
 using RunFn = std::function<int()>;
 

@@ -15,6 +15,7 @@
 #include "oomflight/export/perfetto.hpp"
 #include "oomflight/format/archive_reader.hpp"
 #include "output_file.hpp"
+#include "output_guard.hpp"
 
 namespace oomflight::cli {
 namespace {
@@ -58,6 +59,10 @@ int export_memory_viz(const Archive& a, const ExportOptions& o, const FilenameTe
     v.host = fixed_string(row.host);
     v.kind = a.header.kind;
     const std::filesystem::path path = folder / name.render(v);
+    if (const std::string why = refuse_output(path.string(), {o.archive}, true, "export"); !why.empty()) {
+      print_error(why);
+      return kExitUsage;
+    }
     std::filesystem::create_directories(path.parent_path(), ec);
     MemoryVizNotes notes;
     const std::string bytes = render_memory_viz(a, row, &notes);
@@ -98,7 +103,7 @@ Command add_export(CLI::App& app) {
                   "memory_viz: the folder (default: .); perfetto, folded: the file (default: ARCHIVE's name with "
                   ".perfetto.json or .folded)");
   sub->add_option("--filename", o->filename, "memory_viz: the per-rank file name template")->capture_default_str();
-  sub->add_option("--ranks", o->ranks, "Only these ranks (memory_viz)")->delimiter(',');
+  sub->add_option("--ranks", o->ranks, "Only these ranks (memory_viz)")->delimiter(',')->check(CLI::Range(0, kMaxRank));
   return {sub, [o] {
     FilenameTemplate name;
     try {
@@ -115,6 +120,11 @@ Command add_export(CLI::App& app) {
         std::string path = o->output;
         if (path.empty()) {
           path = std::filesystem::path(o->archive).replace_extension(perfetto ? ".perfetto.json" : ".folded").string();
+        }
+        // An export may replace an earlier export, never the archive it is made from.
+        if (const std::string why = refuse_output(path, {o->archive}, true, "export"); !why.empty()) {
+          print_error(why);
+          return kExitUsage;
         }
         const std::string bytes = perfetto ? render_perfetto(a) : render_folded(a);
         if (auto error = write_file_atomically(path, bytes, perfetto ? "Perfetto trace" : "folded stacks");

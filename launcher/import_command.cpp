@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "isolate.hpp"
+#include "output_guard.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/format/snapshot_import.hpp"
 
@@ -22,15 +23,30 @@ Command add_import(CLI::App& app) {
     std::vector<int> ranks;
     ImportOptions import;
     std::string device_memory;
+    bool force = false;
   };
   auto o = std::make_shared<Options>();
   sub->add_option("snapshots", o->inputs, "torch.cuda.memory._dump_snapshot() pickles, one per rank")->required();
   sub->add_option("-o,--output", o->output, "The archive to write")->required();
-  sub->add_option("--ranks", o->ranks, "The rank of each snapshot, in order (default: 0, 1, 2, ...)")->delimiter(',');
+  sub->add_option("--ranks", o->ranks, "The rank of each snapshot, in order (default: 0, 1, 2, ...)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, kMaxRank));
   sub->add_option("--run-name", o->import.run_name, "The run's name (default: the first snapshot's file name)");
-  sub->add_option("--world-size", o->import.world_size, "The job's world size (default: the largest rank + 1)");
+  sub->add_option("--world-size", o->import.world_size, "The job's world size (default: the largest rank + 1)")
+      ->check(CLI::Range(1, kMaxRank + 1));
+  sub->add_flag("--force", o->force, "Replace the output archive if it exists");
   sub->add_option("--device-memory", o->device_memory, "Every rank's device capacity, e.g. 80GiB (default: unknown)");
   return {sub, [o] {
+    if (const std::string why = refuse_output(o->output, o->inputs, o->force, "archive"); !why.empty()) {
+      print_error(why);
+      return kExitUsage;
+    }
+    for (const std::string& input : o->inputs) {
+      if (const std::string what = not_a_pickle(input); !what.empty()) {
+        print_error(what);
+        return kExitUsage;
+      }
+    }
     if (!o->ranks.empty() && o->ranks.size() != o->inputs.size()) {
       print_error(fmt::format("--ranks names {} ranks for {} snapshots", o->ranks.size(), o->inputs.size()));
       return kExitUsage;

@@ -21,8 +21,10 @@ Command add_report(CLI::App& app) {
   auto frames = std::make_shared<std::size_t>(6);
   auto html = std::make_shared<std::string>();
   sub->add_option("archive", *path, "The archive (.h5)")->required();
-  sub->add_option("--top", *top, "Largest live allocations to list per origin")->capture_default_str();
-  sub->add_option("--frames", *frames, "Frames to show per allocation")->capture_default_str();
+  sub->add_option("--top", *top, "Largest live allocations to list per origin")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  sub->add_option("--frames", *frames, "Frames to show per allocation")->capture_default_str()->check(CLI::Range(0, 1000));
   sub->add_option("--html", *html, "Also write the post-mortem as one self-contained HTML file")
       ->option_text("FILE");
   return {sub, [path, top, frames, html] {

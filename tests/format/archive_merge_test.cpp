@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "oomflight/format/archive_merge.hpp"
 #include "oomflight/format/archive_reader.hpp"
 #include "oomflight/format/archive_writer.hpp"
@@ -13,7 +15,8 @@ namespace oomflight {
 namespace {
 
 // A rank-local file of `rank` (world size 4): 3 + rank events, each on a stack whose frame line is rank + 1.
-std::string write_rank_file(const std::filesystem::path& dir, int rank, const std::string& run = "merge") {
+std::string write_rank_file(const std::filesystem::path& dir, int rank, const std::string& run = "merge",
+                            std::optional<std::int64_t> dump_batch = 0) {
   StackTable table;
   const std::string file = fmt::format("rank{}.py", rank);
   const FrameRef frames[] = {{"alloc", file, rank + 1}, {"main", "train.py", 7}};
@@ -41,7 +44,8 @@ std::string write_rank_file(const std::filesystem::path& dir, int rank, const st
   h.origin_ranks = {2};
   h.world_size = 4;
   h.ranks_present = {rank};
-  const auto path = (dir / fmt::format("oom.0.rank{}.h5", rank)).string();
+  h.dump_batch = dump_batch;
+  const auto path = (dir / fmt::format("oom.{}.rank{}.h5", dump_batch.value_or(0), rank)).string();
   write_archive(path, h, RankDump{.row = row, .events = events, .stacks = &stacks, .batches = {}, .context = {},
                                    .state_segments = {}, .state_blocks = {}});
   return path;
@@ -99,7 +103,24 @@ TEST(ArchiveMerge, RefusesWhatIsNotOneDump) {
   EXPECT_NE(merge_error({r0, foreign}, out).find("run_name 'merge' against 'another-run'"), std::string::npos);
   EXPECT_NE(merge_error({r0}, r0).find("is one of the inputs"), std::string::npos);
   EXPECT_NE(merge_error({r0, (dir.path() / "missing.h5").string()}, out).find("no such file"), std::string::npos);
+  // Two dumps of one run and kind: rank 1's file of the dump at batch 7 with rank 0's of batch 0.
+  const auto later = write_rank_file(dir.path(), 1, "merge", 7);
+  EXPECT_NE(merge_error({r0, later}, out).find("dump_batch '0' against '7'"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(ArchiveMerge, KeepsTheDumpBatchAndReadsFilesWithoutOne) {
+  test::TempDir dir;
+  const auto r0 = write_rank_file(dir.path(), 0, "merge", 5), r1 = write_rank_file(dir.path(), 1, "merge", 5);
+  const auto out = (dir.path() / "merged.h5").string();
+  EXPECT_EQ(merge_archives({r0, r1}, out).dump_batch, std::optional<std::int64_t>(5));
+  EXPECT_EQ(read_archive(out).header.dump_batch, std::optional<std::int64_t>(5));
+  // Files of oomflight before 0.2.1 have none: nothing to compare, as before.
+  test::TempDir old;
+  const auto o0 = write_rank_file(old.path(), 0, "merge", std::nullopt);
+  const auto o1 = write_rank_file(old.path(), 1, "merge", std::nullopt);
+  EXPECT_FALSE(read_archive(o0).header.dump_batch.has_value());
+  EXPECT_EQ(merge_error({o0, o1}, (old.path() / "merged.h5").string()), "");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "oomflight/version.h"
@@ -49,6 +50,38 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheProblem) {
   EXPECT_EQ(bad_setting.exit_code, 2);
   EXPECT_NE(bad_setting.output.find("oomflight error: OOMFLIGHT_DUMP_TIMEOUT='soon'"), std::string::npos)
       << bad_setting.output;
+}
+
+// Inputs that would destroy or mix data are refused with exit 2 and a message naming what is wrong; nothing is
+// written over an input or an existing archive.
+TEST(Cli, RefusesOutOfRangeNumbersAndOutputsThatWouldDestroyData) {
+  TempDir dir;
+  const std::string pickle = test::snapshot_path("cnn-train-eor.pickle");
+  const auto imported = run_command(cli(fmt::format("import {} -o a.h5", pickle)), dir.path());
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  const auto size = std::filesystem::file_size(dir.path() / "a.h5");
+  const auto refused = [&](const std::string& args, const std::string& says) {
+    const auto r = run_command(cli(args), dir.path());
+    EXPECT_EQ(r.exit_code, 2) << "oomflight " << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << "oomflight " << args << "\n" << r.output;
+  };
+  refused("report a.h5 --top -5", "--top");
+  refused("report a.h5 --frames -1", "--frames");
+  refused("report a.h5 --frames 99999999999999999999", "--frames");
+  refused("export a.h5 --format folded -o a.h5", "the output a.h5 is the input a.h5");
+  refused("export a.h5 --format perfetto -o ./a.h5", "is the input a.h5");
+  refused(fmt::format("import {} -o a.h5", pickle), "a.h5 exists: give --force");
+  refused(fmt::format("import {} -o b.h5 --ranks 2147483647", pickle), "--ranks");
+  refused(fmt::format("import {} -o b.h5 --world-size 0", pickle), "--world-size");
+  refused("import . -o b.h5", ". is a folder, not a snapshot pickle");
+  refused("import a.h5 -o b.h5", "a.h5 is an HDF5 file (an oomflight archive?");
+  refused("merge a.h5 -o a.h5", "is the input");
+  EXPECT_EQ(std::filesystem::file_size(dir.path() / "a.h5"), size) << "an input was written over";
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "b.h5"));
+  // Asked for, an existing archive is replaced.
+  const auto forced = run_command(cli(fmt::format("import {} -o a.h5 --force --ranks 3", pickle)), dir.path());
+  EXPECT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("ranks 3 (1 of 4)"), std::string::npos) << forced.output;
 }
 
 TEST(Cli, RunExecsTheCommandOrSaysWhyNot) {

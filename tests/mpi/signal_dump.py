@@ -80,12 +80,18 @@ class SignalDump(unittest.TestCase):
         # Into the training loop: reading the 3.2 MB trace takes about 0.2 s of CPU, a step about 10 ms.
         while time.monotonic() < deadline and cpu_seconds(pid) < 1.0:
             time.sleep(0.01)
-        os.kill(pid, signal.SIGUSR1)
+        # A burst, as a script in a loop sends it: one dump (OOMFLIGHT_SIGNAL_DUMP_INTERVAL, 10 s by default).
+        for _ in range(30):
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(0.01)
         out, _ = proc.communicate(timeout=300)
         self.assertEqual(proc.returncode, 0, out)
         for rank in range(4):
             self.assertIn(f"rank {rank}: replayed 1500 step(s)", out, "training must go on after the dump")
         self.assertIn("oomflight[rank 1] info: rank 1 asked for a signal dump at batch", out)
+        self.assertEqual(out.count("asked for a signal dump at batch"), 2, out)  # its start and its end, once
+        skipped = [line for line in out.splitlines() if "skipped (OOMFLIGHT_SIGNAL_DUMP_INTERVAL=10.000 s)" in line]
+        self.assertEqual(len(skipped), 1, out)  # said once per burst, not once per signal
         archives = sorted((work / "sig" / "oomflight").glob("*.h5"))
         self.assertEqual(len(archives), 1, f"{archives}\n{out}")
         self.assertRegex(archives[0].name, r"^signal\.\d+\.h5$")

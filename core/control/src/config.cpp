@@ -169,6 +169,16 @@ std::vector<OptionSpec> make_table() {
        "Keep every rank's rank-local file after the archive is written and verified. 0: remove them then (they "
        "stay whenever the archive fails; `oomflight merge` joins them).",
        [](Config& c, std::string_view v) { c.keep_rank_files = parse_bool(v); }},
+      {"OOMFLIGHT_SIGNAL_DUMP_INTERVAL", "duration", "10s",
+       "Least time between two SIGUSR1 dumps of a rank: a signal sooner after the last one is skipped (logged "
+       "once per burst, counted at the next dump), so that a burst of signals costs one archive, not one each. 0: "
+       "every signal dumps.",
+       [](Config& c, std::string_view v) {
+         const auto d = parse_duration(v);
+         if (d.count() < 0) throw std::invalid_argument("must not be negative");
+         if (d > std::chrono::hours(24)) throw std::invalid_argument("must be at most 86400 s");
+         c.signal_dump_interval = d;
+       }},
       {"OOMFLIGHT_DUMP_ON_EXIT", "bool", "0",
        "On SIGTERM (a scheduler or watchdog tearing the job down), write every rank's history into one archive of "
        "kind exit, then end the process as SIGTERM would. Only where SIGTERM is at its default action; the dump is "

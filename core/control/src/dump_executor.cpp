@@ -54,9 +54,10 @@ RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const Dum
   return row;
 }
 
-ArchiveHeader DumpExecutor::header(DumpKind kind, std::string reason, std::vector<std::int32_t> origins,
-                                   std::vector<std::int32_t> ranks_present) const {
+ArchiveHeader DumpExecutor::header(DumpKind kind, std::int64_t batch, std::string reason,
+                                   std::vector<std::int32_t> origins, std::vector<std::int32_t> ranks_present) const {
   ArchiveHeader h;
+  h.dump_batch = batch;
   h.producer = "oomflight " OOMFLIGHT_VERSION_STRING;
   h.run_name = id_.run_name;
   h.kind = std::string(dump_kind_name(kind));

@@ -29,8 +29,8 @@ class DumpExecutor {
   /// request (requested bytes, its device free bytes when given, its reason).
   RankRow rank_row(const FrozenHistory& h, bool is_origin, const DumpRequest& request) const;
 
-  /// Root attributes of a dump of `kind` with the given origins and ranks present.
-  ArchiveHeader header(DumpKind kind, std::string reason, std::vector<std::int32_t> origins,
+  /// Root attributes of a dump of `kind`, named after `batch`, with the given origins and ranks present.
+  ArchiveHeader header(DumpKind kind, std::int64_t batch, std::string reason, std::vector<std::int32_t> origins,
                        std::vector<std::int32_t> ranks_present) const;
 
   /// The archive's absolute path for (kind, batch): renders OOMFLIGHT_FOLDER and OOMFLIGHT_FILENAME, creates the

@@ -92,7 +92,7 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     // One process: no watcher, no other rank to wait for; written here.
     std::vector<Event> events = snapshot_events(h.ring.events, window.first, window.last);
     ArchiveHeader header = executor_->header(
-        DumpKind::snapshot, fmt::format("snapshot of batches {} to {}", window.first, window.last), {},
+        DumpKind::snapshot, window.first, fmt::format("snapshot of batches {} to {}", window.first, window.last), {},
         {identity_.rank});
     header.window_first_batch = window.first;
     header.window_last_batch = window.last;
@@ -132,7 +132,7 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
     log().error("{}{}{}", cause, request.reason.empty() ? "" : ": ", request.reason);
   }
   const ArchiveHeader header =
-      executor_->header(request.kind, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
+      executor_->header(request.kind, h.batch, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
   DumpResult r =
       executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch, &request.state);
   r.seconds = static_cast<double>(monotonic_ns() - start) / 1e9;

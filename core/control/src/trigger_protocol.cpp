@@ -244,6 +244,24 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
 void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
   // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
   if (pending_ || active_) return;
+  if (kind == DumpKind::signal) {
+    // A burst of SIGUSR1 (a script in a loop, a pkill per node) is one dump, not one archive per signal.
+    const std::int64_t now = monotonic_ns();
+    if (last_signal_dump_ns_ != 0 && now - last_signal_dump_ns_ < to_ns(config_.signal_dump_interval)) {
+      if (skipped_signal_dumps_++ == 0) {
+        log().warn("SIGUSR1 {} after the last signal dump: skipped (OOMFLIGHT_SIGNAL_DUMP_INTERVAL={}); further "
+                   "ones within it are skipped without a word",
+                   format_seconds(static_cast<double>(now - last_signal_dump_ns_) / 1e9),
+                   format_seconds(static_cast<double>(config_.signal_dump_interval.count()) / 1e3));
+      }
+      return;
+    }
+    if (skipped_signal_dumps_ > 0) {
+      log().info("{} SIGUSR1 skipped since the last signal dump", skipped_signal_dumps_);
+      skipped_signal_dumps_ = 0;
+    }
+    last_signal_dump_ns_ = now;
+  }
   DumpRequest request;
   request.kind = kind;
   request.reason = reason;
@@ -376,7 +394,8 @@ void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
   std::vector<std::int32_t> present(static_cast<std::size_t>(id_.world_size));
   for (int r = 0; r < id_.world_size; ++r) present[static_cast<std::size_t>(r)] = r;
   ArchiveHeader header =
-      executor_.header(DumpKind::snapshot, fmt::format("snapshot of batches {} to {}", w.first, w.last), {}, present);
+      executor_.header(DumpKind::snapshot, w.first, fmt::format("snapshot of batches {} to {}", w.first, w.last), {},
+                       present);
   header.window_first_batch = w.first;
   header.window_last_batch = w.last;
   DumpRequest request;
@@ -565,7 +584,7 @@ TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, b
   LocalView v;
   v.batch = heard && heard_batch_ >= 0 ? heard_batch_ : h.batch;
   v.kind = heard ? heard_kind_ : request.kind;
-  v.header = executor_.header(v.kind, is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "",
+  v.header = executor_.header(v.kind, v.batch, is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "",
                               std::move(origins), {id_.rank});
   return v;
 }
@@ -653,7 +672,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   }
   std::vector<std::int32_t> present(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
-  const ArchiveHeader header = executor_.header(kind, reason, origins, present);
+  const ArchiveHeader header = executor_.header(kind, batch, reason, origins, present);
   const RankRow row = executor_.rank_row(h, is_origin, request);
   std::string path;
   try {

@@ -137,6 +137,7 @@ ArchiveFile::ArchiveFile(std::string partial, const ArchiveHeader& header, const
   a.int32_array("origin_ranks", header.origin_ranks);
   a.int32("world_size", header.world_size);
   a.int32_array("ranks_present", header.ranks_present);
+  if (header.dump_batch) a.int64("dump_batch", *header.dump_batch);
   if (header.window_first_batch >= 0) {
     a.int64("window_first_batch", header.window_first_batch);
     a.int64("window_last_batch", header.window_last_batch);

@@ -118,6 +118,10 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
     require_same(first, a, "run_name", first.header.run_name, a.header.run_name);
     require_same(first, a, "kind", first.header.kind, a.header.kind);
     require_same(first, a, "world_size", std::to_string(first.header.world_size), std::to_string(a.header.world_size));
+    if (first.header.dump_batch && a.header.dump_batch) {  // files of 0.2.1 on; older ones do not say
+      require_same(first, a, "dump_batch", std::to_string(*first.header.dump_batch),
+                   std::to_string(*a.header.dump_batch));
+    }
     for (const RankRow& row : a.ranks) {
       const auto [it, inserted] = by_rank.emplace(row.rank, std::make_pair(&a, &row));
       if (!inserted) {
@@ -143,6 +147,7 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   for (const auto& line : reasons) header.reason += (header.reason.empty() ? "" : "\n") + line;
   header.origin_ranks.assign(origins.begin(), origins.end());
   header.world_size = first.header.world_size;
+  header.dump_batch = first.header.dump_batch;
 
   std::vector<LocalRank> ranks;
   ranks.reserve(by_rank.size());

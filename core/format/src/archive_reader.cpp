@@ -310,6 +310,7 @@ ArchiveHeader read_header(Reader& r) {
   const auto world = r.int_attribute("world_size");
   h.world_size = world.empty() ? 0 : world[0];
   h.ranks_present = r.int_attribute("ranks_present");
+  if (H5Aexists(r.file(), "dump_batch") > 0) h.dump_batch = r.int64_attribute("dump_batch");
   if (H5Aexists(r.file(), "window_first_batch") > 0) {
     h.window_first_batch = r.int64_attribute("window_first_batch");
     h.window_last_batch = r.int64_attribute("window_last_batch");

@@ -230,6 +230,7 @@ ArchiveHeader import_torch_snapshots(const std::vector<SnapshotInput>& inputs, c
   }
   header.kind = header.origin_ranks.empty() ? "snapshot" : "oom";
   if (header.origin_ranks.empty()) header.window_first_batch = header.window_last_batch = 0;
+  header.dump_batch = 0;  // an imported trace is one batch, 0
   write_archive_ranks(output, header, dumps);
   return header;
 }

@@ -45,6 +45,8 @@ struct OOMFLIGHT_API Config {
   std::chrono::milliseconds poll_interval{10};    ///< the watcher thread's sleep between MPI_Test polls
   bool overwrite = false;             ///< replace an existing file instead of choosing a new name
   bool keep_rank_files = false;       ///< keep every rank's safety copy after the archive is verified
+  /// SIGUSR1 dumps closer than this to the last one are skipped (a burst of signals is one dump); 0: none skipped
+  std::chrono::milliseconds signal_dump_interval{10000};
   bool dump_on_exit = false;          ///< on SIGTERM, dump every rank (kind exit), then end as SIGTERM would
   std::string log_level = "info";
   /// Every setting given (by the environment or explicitly), as its variable's name and text, in table order: what

@@ -196,6 +196,10 @@ struct ArchiveHeader {
   /// `window_last_batch` (int64). -1 and not written for every other kind.
   std::int64_t window_first_batch = -1;
   std::int64_t window_last_batch = -1;
+  /// The batch the dump is named after ({batch} in its file names: the first origin's batch at the trigger, a
+  /// snapshot window's first batch), root attribute `dump_batch` (int64, since 0.2.1). Absent in older files; merge
+  /// refuses files of one run and kind whose dump batches differ.
+  std::optional<std::int64_t> dump_batch;
 };
 
 /// Copies `text` into a fixed NUL-padded field, cutting it if it is too long.
