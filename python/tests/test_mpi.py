@@ -61,10 +61,6 @@ class OneArchiveOfAllRanks(unittest.TestCase):
         self.job(4, 2)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 SNAPSHOT_THEN_OOM = textwrap.dedent("""
     import sys, time
     from pathlib import Path
@@ -109,3 +105,31 @@ class SnapshotAndOom(unittest.TestCase):
         self.assertEqual(list(oom["attrs"]["origin_ranks"]), [1])
         self.assertEqual(list(oom["attrs"]["ranks_present"]), [0, 1])
         self.assertEqual(oom["attrs"]["complete"], 1)
+
+
+NORMAL_EXIT = textwrap.dedent("""
+    import oomflight
+    oomflight.init(run_name="plain", folder="out")
+    rank, size = oomflight.rank()
+    oomflight.mark_batch(0)
+    oomflight.record("alloc", 0, 0x1000, 4096)
+    print(f"rank {rank} of {size} done", flush=True)
+    # no oomflight.shutdown(): the script just ends
+""")
+
+
+class NormalExit(unittest.TestCase):
+    def test_a_script_that_never_calls_shutdown_ends_cleanly_under_mpirun(self):
+        cwd = scratch()
+        (cwd / "job.py").write_text(NORMAL_EXIT)
+        out = run(["mpirun", "--oversubscribe", "-np", "2", PY, "job.py"], cwd, child_env())
+        text = out.stdout + out.stderr
+        self.assertEqual(out.returncode, 0, text)
+        self.assertEqual(sorted(line for line in out.stdout.splitlines() if "done" in line),
+                         ["rank 0 of 2 done", "rank 1 of 2 done"])
+        self.assertNotIn("exited improperly", text)
+        self.assertNotIn("finalize", text.lower())
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -74,6 +74,20 @@ struct SessionDeleter {
 };
 std::unique_ptr<oomflight::Session, SessionDeleter> g_session;
 bool g_we_initialised_mpi = false;
+
+// A process that exits with status 0 while oomflight holds the MPI it initialised (a script that never called
+// oomflight_shutdown) would leave MPI unfinalised, and mpirun then fails the whole job ("exited improperly").
+// glibc's on_exit, unlike atexit, is told the status: only a successful exit is ended cleanly here. A failing one
+// is left as it is (MPI_Finalize would wait for ranks that are still running or already gone, and mpirun reports
+// the failure anyway). It runs after Python's finalisation, whatever language the job is written in.
+void shutdown_at_successful_exit(int status, void*) {
+  if (status == 0 && g_session) oomflight_shutdown();
+}
+
+void end_at_normal_exit() {
+  static bool registered = false;
+  if (!registered) registered = on_exit(&shutdown_at_successful_exit, nullptr) == 0;
+}
 // The stack resolver, kept across sessions (a plugin registers it once; a later oomflight_init must not lose it).
 std::mutex g_resolver_mutex;
 oomflight_stack_resolver g_resolver = nullptr;
@@ -185,6 +199,7 @@ int init_session(const char* const* names, const char* const* values, size_t cou
     }
     entries = config.max_entries;
     g_session.reset(new oomflight::Session(std::move(config), world));
+    if (g_we_initialised_mpi) end_at_normal_exit();
     {
       const std::lock_guard lock(g_resolver_mutex);
       g_session->recorder().set_stack_resolver(g_resolver, g_resolver_user);

@@ -306,7 +306,10 @@ OOMFLIGHT_API int oomflight_log(int level, const char* message);
 
 /** Stops the watcher thread and, if oomflight_init initialised MPI, finalises it. Call it on a normal exit that
  *  every rank reaches: MPI_Finalize waits for the other ranks, so a rank that is failing must simply exit (the
- *  library stops its thread at exit). Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
+ *  library stops its thread at exit). A process whose oomflight_init initialised MPI and that exits with status 0
+ *  without calling it is shut down at that exit (glibc's on_exit, after Python's finalisation in a Python job), so
+ *  that mpirun does not fail the job for a missing MPI_Finalize; a non-zero exit is left alone.
+ *  Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_shutdown(void);
 
 /** The last error message of this thread ("" if none). Valid until this thread's next oomflight call. */
