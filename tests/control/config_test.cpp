@@ -64,11 +64,26 @@ TEST(Config, ErrorsNameTheVariableAndTheValue) {
       {"OOMFLIGHT_DUMP_TIMEOUT", "1000000h"},  // used to overflow into "did not finish within 10800000000 s"
       {"OOMFLIGHT_POLL_INTERVAL", "2min"},     {"OOMFLIGHT_FILENAME", "archives/"},
       {"OOMFLIGHT_MAX_ENTRIES", "1073741824"},  // 128 GiB of ring: refused with the figure, not a bad_alloc
+      {"OOMFLIGHT_RUN_NAME", std::string(201, 'r')},  // would be cut at 256 bytes under MPI, mid-character
+      {"OOMFLIGHT_RUN_NAME", "caf\xc3"},              // a cut UTF-8 sequence
+      {"OOMFLIGHT_RUN_NAME", "a\nb"},                 // a control character in a folder name
+      {"OOMFLIGHT_SIGNAL_DUMP_INTERVAL", "-1s"},
   };
   for (const auto& [name, value] : bad) {
     const std::string message = error_of({{name, value}});
     EXPECT_NE(message.find(name + "='" + value + "'"), std::string::npos) << name << ": " << message;
   }
+}
+
+TEST(Config, RunNamesUpToTheLimitInAnyScriptAreKept) {
+  const std::string longest(kMaxRunNameBytes, 'r');
+  for (const std::string& name : {longest, std::string("llama-3.1-8b"), std::string("\xe8\xae\xad\xe7\xbb\x83-run"),
+                                  std::string("\xf0\x9f\x94\xa5")}) {
+    EXPECT_EQ(error_of({{"OOMFLIGHT_RUN_NAME", name}}), "") << name;
+  }
+  EXPECT_NE(error_of({{"OOMFLIGHT_RUN_NAME", std::string(201, 'r')}}).find("is 201 bytes long; at most 200"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"OOMFLIGHT_RUN_NAME", "\xc0\xaf"}}).find("is not UTF-8 text (byte 0)"), std::string::npos);
 }
 
 TEST(Config, SettingsThatDefeatTheDumpTogetherAreRefused) {

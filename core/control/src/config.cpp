@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <optional>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -29,6 +31,40 @@ bool parse_bool(std::string_view text) {
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return false;
   throw std::invalid_argument("not a boolean (use 1/0, true/false, yes/no, on/off)");
+}
+
+// The first byte of `text` that is not part of valid UTF-8 or is a control character (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or nothing.
+std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + n >= text.size()) return i;  // cut short
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += n + 1;
+  }
+  return std::nullopt;
 }
 
 // Durations are bounded above as well: a deadline of a million hours overflowed into "did not finish within
@@ -96,10 +132,18 @@ std::vector<OptionSpec> make_table() {
       {"OOMFLIGHT_ENABLED", "bool", "1", "Record and dump at all. 0 turns oomflight into a no-op.",
        [](Config& c, std::string_view v) { c.enabled = parse_bool(v); }},
       {"OOMFLIGHT_RUN_NAME", "string", "",
-       "The job's name, shared by all ranks. Empty: rank 0 generates one (oomflight-YYYYMMDD-HHMMSS-XXXX) and "
-       "sends it to every rank.",
+       "The job's name, shared by all ranks: UTF-8 text of at most 200 bytes, no '/' and no control characters "
+       "(longer or malformed names are refused, never cut). Empty: rank 0 generates one "
+       "(oomflight-YYYYMMDD-HHMMSS-XXXX) and sends it to every rank.",
        [](Config& c, std::string_view v) {
          if (v.find('/') != std::string_view::npos) throw std::invalid_argument("must not contain '/'");
+         // It names a folder and travels to every rank in a fixed field: never cut, never invalid UTF-8.
+         if (v.size() > kMaxRunNameBytes) {
+           throw std::invalid_argument(fmt::format("is {} bytes long; at most {}", v.size(), kMaxRunNameBytes));
+         }
+         if (const auto bad = invalid_utf8_at(v)) {
+           throw std::invalid_argument(fmt::format("is not UTF-8 text (byte {})", *bad));
+         }
          c.run_name = std::string(v);
        }},
       {"OOMFLIGHT_MAX_ENTRIES", "integer", "100000",

@@ -18,6 +18,10 @@
 namespace oomflight {
 
 /// Thrown for a bad value; the message names the variable and the value ("OOMFLIGHT_MAX_ENTRIES='abc': ...").
+/// The longest OOMFLIGHT_RUN_NAME, bytes: it names a folder (a path component has at most 255 bytes, and file
+/// names add their own), and rank 0 sends it to every rank in a 256-byte field. Longer names are refused, never cut.
+inline constexpr std::size_t kMaxRunNameBytes = 200;
+
 struct ConfigError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
