@@ -186,7 +186,13 @@ int init_session(const char* const* names, const char* const* values, size_t cou
       const char* v = std::getenv(std::string(name).c_str());
       return v ? std::optional<std::string>(v) : std::nullopt;
     };
-    oomflight::Config config = oomflight::Config::from_environment(lookup, present);
+    std::optional<oomflight::Config> config;
+    std::string config_error;
+    try {
+      config = oomflight::Config::from_environment(lookup, present);
+    } catch (const oomflight::ConfigError& e) {
+      config_error = e.what();
+    }
     MPI_Comm world = MPI_COMM_NULL;
     if (oomflight::launched_by_mpi()) {
       try {
@@ -197,8 +203,19 @@ int init_session(const char* const* names, const char* const* values, size_t cou
       }
       world = MPI_COMM_WORLD;
     }
-    entries = config.max_entries;
-    g_session.reset(new oomflight::Session(std::move(config), world));
+    if (!config) {
+      // The other ranks are in the start-up agreement: take part, so that they fail too instead of waiting.
+      if (world != MPI_COMM_NULL) oomflight::Session::refuse_start_up(world);
+      return fail(OOMFLIGHT_ECONFIG, config_error);
+    }
+    entries = config->max_entries;
+    try {
+      g_session.reset(new oomflight::Session(std::move(*config), world));
+    } catch (const std::bad_alloc&) {
+      // Thrown only before the session's first collective (the ring): the peers must not wait for this rank.
+      if (world != MPI_COMM_NULL) oomflight::Session::refuse_start_up(world);
+      throw;
+    }
     if (g_we_initialised_mpi) end_at_normal_exit();
     {
       const std::lock_guard lock(g_resolver_mutex);

@@ -129,7 +129,7 @@ FilenameTemplate parse_file_template(std::string_view text, bool per_rank) {
 
 std::vector<OptionSpec> make_table() {
   return {
-      {"OOMFLIGHT_ENABLED", "bool", "1", "Record and dump at all. 0 turns oomflight into a no-op.",
+      {"OOMFLIGHT_ENABLED", "bool", "1", "Record and dump at all. 0 turns oomflight into a no-op. Must be the same on every rank (checked at start).",
        [](Config& c, std::string_view v) { c.enabled = parse_bool(v); }},
       {"OOMFLIGHT_RUN_NAME", "string", "",
        "The job's name, shared by all ranks: UTF-8 text of at most 200 bytes, no '/' and no control characters "
@@ -155,7 +155,8 @@ std::vector<OptionSpec> make_table() {
        [](Config& c, std::string_view v) { c.max_batches = parse_positive(v, std::size_t{10000000}); }},
       {"OOMFLIGHT_SKIP_BATCHES", "integer", "",
        "Snapshots: batches to skip before the first window (Composer's skip_batches; 1 when only another schedule "
-       "variable is set). Setting any of the three schedule variables turns interval snapshots on.",
+       "variable is set). Setting any of the three schedule variables turns interval snapshots on. The three must be the "
+       "same on every rank (checked at start: a mismatch ends start-up on every rank, naming it).",
        [](Config& c, std::string_view v) {
          if (v.empty()) return;
          c.skip_batches = v == "0" ? 0 : static_cast<std::int64_t>(parse_positive(v, std::size_t{1} << 40));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 
 #include "dump_executor.hpp"
@@ -13,6 +14,7 @@
 #include "oomflight/control/mpi_job.hpp"
 #include "oomflight/format/collective_writer.hpp"
 #include "retention.hpp"
+#include "settings_agreement.hpp"
 #include "snapshot_events.hpp"
 #include "trigger_protocol.hpp"
 
@@ -32,12 +34,35 @@ Session::Session(Config config, MPI_Comm world)
     // A failed MPI call of the recorder (a peer that died, a transport error) must come back to us as an error
     // code, never abort the job it watches.
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    // The first collective of the recorder: every rank compares the settings that must agree before any
+    // collective that depends on them (settings_agreement.hpp).
+    try {
+      agree_on_settings(&config_, comm);
+    } catch (...) {
+      MPI_Comm_free(&comm);
+      throw;
+    }
   }
-  identity_ = identify(config_, comm);
-  set_log_rank(identity_.rank);
-  recorder_.context().set_environment(capture_environment(identity_, config_));
-  executor_ = std::make_unique<DumpExecutor>(config_, identity_);
+  try {
+    identity_ = identify(config_, comm);
+    set_log_rank(identity_.rank);
+    recorder_.context().set_environment(capture_environment(identity_, config_));
+    executor_ = std::make_unique<DumpExecutor>(config_, identity_);
+  } catch (const std::bad_alloc&) {
+    // Not a bad_alloc: that one means "before any collective" to the caller (refuse_start_up).
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    throw std::runtime_error("out of memory while starting the session");
+  } catch (...) {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    throw;
+  }
   if (comm == MPI_COMM_NULL) return;
+  if (!config_.enabled) {
+    // OOMFLIGHT_ENABLED=0 on every rank (the agreement refused it on some only): no watcher, no signal handler,
+    // no trigger to answer.
+    MPI_Comm_free(&comm);
+    return;
+  }
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   if (provided < MPI_THREAD_MULTIPLE) {
@@ -47,6 +72,21 @@ Session::Session(Config config, MPI_Comm world)
     return;
   }
   protocol_ = std::make_unique<TriggerProtocol>(config_, identity_, recorder_, *executor_, comm);
+}
+
+void Session::refuse_start_up(MPI_Comm world) noexcept {
+  try {
+    MPI_Comm comm = MPI_COMM_NULL;
+    if (MPI_Comm_dup(world, &comm) != MPI_SUCCESS) return;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    try {
+      agree_on_settings(nullptr, comm);
+    } catch (...) {
+      // Always thrown (this rank cannot start): its own error is the one its caller reports.
+    }
+    MPI_Comm_free(&comm);
+  } catch (...) {
+  }
 }
 
 Session::~Session() {

@@ -26,9 +26,17 @@ class Session {
   /// line and starts the watcher thread. MPI must be initialised; without MPI_THREAD_MULTIPLE the session logs a
   /// warning and falls back to rank-local files (no coordinated dump). With `world` == MPI_COMM_NULL: a single
   /// process, world size 1, no MPI call at all.
+  /// With MPI, the first collective is the start-up agreement (settings_agreement.hpp): the settings that must be
+  /// the same on every rank are compared, and a mismatch throws ConfigError on every rank alike.
   /// Throws std::invalid_argument when max_entries is out of range, std::bad_alloc when the ring cannot be
-  /// allocated.
+  /// allocated (only before any collective: then call refuse_start_up, so that the peers do not wait).
   Session(Config config, MPI_Comm world);
+
+  /// For a rank that cannot make a Session (its settings did not parse, its ring could not be allocated) while
+  /// the other ranks of `world` make theirs: takes part in their start-up agreement, so that they end start-up
+  /// with an error naming this rank instead of waiting for it in a collective. Collective over `world`. Never
+  /// throws.
+  static void refuse_start_up(MPI_Comm world) noexcept;
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
