@@ -16,6 +16,7 @@ struct ReplayFlags {
   std::string device_memory;
   std::vector<std::string> rank_device_memory;
   int steps = 1;
+  int rank_memory_from_step = 0;
   int device = -1;
   bool pace = false;
 };
@@ -25,6 +26,7 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
   sim::ReplayOptions o;
   o.trace = f.trace;
   o.steps = f.steps;
+  o.rank_memory_from_step = f.rank_memory_from_step;
   o.device = f.device;
   o.pace = f.pace;
   try {
@@ -58,6 +60,12 @@ Command add_replay(CLI::App& app) {
   sub->add_option("--rank-device-memory", f->rank_device_memory,
                   "Capacity for one rank, RANK=SIZE (repeatable), e.g. 2=40GiB");
   sub->add_option("--steps", f->steps, "Loops of the trace, one batch each")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--rank-memory-from-step", f->rank_memory_from_step,
+                  "Step from which the --rank-device-memory capacities apply (before it, every rank has "
+                  "--device-memory): a rank that runs out of memory later in the job, as when another process takes "
+                  "memory on its GPU")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--device", f->device,
                   "The trace's device to replay (default: the only device with a trace; several need this flag)")

@@ -11,7 +11,9 @@ memory, and something goes wrong while every rank writes its history:
 - every rank may not write files past half the archive's size (RLIMIT_FSIZE, `ulimit -f`): the rank-local
   copies fit, the collective archive does not, and SIGXFSZ's default action would kill the rank mid-write;
 - one rank's settings differ from the others' (a snapshot schedule, OOMFLIGHT_ENABLED) or do not parse: start-up
-  ends on every rank within a minute, with one error naming the variable, its values and the ranks (StartUp).
+  ends on every rank within a minute, with one error naming the variable, its values and the ranks (StartUp);
+- snapshots every batch while rank 2 runs out of memory in batch 3, a snapshot's write under way: the dump wins on
+  every rank, 8 runs of 8 (SnapshotMeetsOom).
 
 Each case asserts what the flight recorder promises: the job ends within 3 x OOMFLIGHT_DUMP_TIMEOUT plus mpirun's
 teardown; the origin's error text is printed, and before the job's own traceback; no file carries the archive's
@@ -436,6 +438,48 @@ class StartUp(unittest.TestCase):
         self.assertIn("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 MiB", out)
         self.assertNotIn("oomflight[", out, "ENABLED=0 on every rank: oomflight says nothing")
         self.assertEqual(list(self.work.rglob("*.h5")), [])
+
+
+class SnapshotMeetsOom(unittest.TestCase):
+    """Snapshots every batch (unpaced: a write lasts longer than a batch, so one is under way at the failure) while
+    rank 2 runs out of memory in batch 3. Before the snapshot writer yielded, 4 runs in 20 gave rank-local files
+    only, after 2 x the timeout, and with OOMFLIGHT_SKIP_BATCHES=0 the failing rank's exit waited a whole timeout
+    for a window its peers (stuck in the job's all-reduce) never closed."""
+    RUNS = 8
+    TIMEOUT_S = 20  # a regression waits at least this long; the bound below is well under it
+
+    def test_a_dump_wins_over_a_snapshot_on_every_rank(self):
+        if not (CLI and os.path.exists(TRACE)):
+            self.skipTest(f"usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR (no trace at {TRACE!r})")
+        work = Path(tempfile.mkdtemp(prefix="oomflight-snapoom-"))
+        self.addCleanup(shutil.rmtree, work, True)
+        for i in range(self.RUNS):
+            skip = i % 2
+            with self.subTest(run=i, skip_batches=skip):
+                cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", f"OOMFLIGHT_DUMP_TIMEOUT={self.TIMEOUT_S}s",
+                       "-x", f"OOMFLIGHT_SKIP_BATCHES={skip}", "-x", "OOMFLIGHT_SNAPSHOT_EVERY=1ba", CLI, "run",
+                       "--run-name", f"r{i}", "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
+                       "--rank-device-memory", "2=40GiB", "--rank-memory-from-step", "3", "--steps", "6"]
+                proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, errors="replace", start_new_session=True)
+                out, seconds = finish(proc)
+                self.assertEqual(proc.returncode, 1, out)
+                self.assertLess(seconds, self.TIMEOUT_S * 3 / 4, f"the OOM waited for a snapshot:\n{out}")
+                self.assertIn("torch.OutOfMemoryError: CUDA out of memory", out)
+                self.assertNotIn("did not reach the end of its window", out)
+                folder = work / f"r{i}" / "oomflight"
+                names = sorted(p.name for p in folder.iterdir())
+                self.assertIn("oom.3.h5", names, out)
+                others = [n for n in names if n != "oom.3.h5"]
+                self.assertTrue(all(n.startswith("snapshot.") and n.endswith(".h5") for n in others),
+                                f"only complete archives may carry an archive's name: {names}\n{out}")
+                with h5py.File(folder / "oom.3.h5", "r") as f:
+                    self.assertEqual(list(f.attrs["ranks_present"]), [0, 1, 2, 3])
+                    self.assertEqual(list(f.attrs["origin_ranks"]), [2])
+                    self.assertIn("CUDA out of memory", f.attrs["reason"].decode())
+                for n in others:
+                    with h5py.File(folder / n, "r") as f:
+                        self.assertEqual(list(f.attrs["ranks_present"]), [0, 1, 2, 3], n)
 
 
 if __name__ == "__main__":

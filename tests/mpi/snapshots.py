@@ -11,11 +11,15 @@
 
 - A rank stopped (SIGSTOP) while a snapshot is written: the others give up at the deadline, snapshots end for
   the job, no partial file stays, and the job itself runs to its end.
+- Windows faster than writes (600 one-batch windows, the replay unpaced): no rank's memory grows past 1 GiB (a
+  pending window used to keep a ring copy each: 4.2 GiB per rank after 1,500 batches); windows are skipped by every
+  rank alike and counted: each archive's `snapshot_windows_skipped` and rank 0's log account for every window.
 
 Usage: snapshots.py OOMFLIGHT_CLI SNAPSHOT_DIR
 """
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,7 +42,10 @@ def run(work: Path, run_name: str, settings: dict) -> str:
     cmd = ["mpirun", "--oversubscribe", "-np", "4"]
     for k, v in settings.items():
         cmd += ["-x", f"{k}={v}"]
-    cmd += [CLI, "run", "--run-name", run_name, "--", CLI, "replay", TRACE, "--device-memory", "64GiB", "--steps", "6"]
+    # Paced (a step lasts as long as the trace's, 0.6 s): each window is written before the next closes, so none is
+    # skipped (a rank keeps at most 2 windows waiting; test_windows_faster_than_writes covers the skips).
+    cmd += [CLI, "run", "--run-name", run_name, "--", CLI, "replay", TRACE, "--device-memory", "64GiB", "--steps", "6",
+            "--pace"]
     r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout + r.stderr
@@ -194,6 +201,61 @@ class Snapshots(unittest.TestCase):
         names = sorted(p.name for p in (self.work / "size" / "oomflight").iterdir())
         self.assertEqual(names, ["notes.h5", "snapshot.5.h5"], self.out_size)
         self.assertIn("(OOMFLIGHT_MAX_TOTAL_MB=1; 1 archives of this run", self.out_size)
+
+
+class FasterThanWrites(unittest.TestCase):
+    WINDOWS = 600
+
+    def test_windows_faster_than_writes_are_skipped_and_counted_within_bounded_memory(self):
+        work = Path(tempfile.mkdtemp(prefix="oomflight-snapshots-fast-"))
+        self.addCleanup(__import__("shutil").rmtree, work, True)
+        # Each rank runs under a Python parent that writes its peak resident memory (ru_maxrss of its children, KiB)
+        # to a file of its own (mpirun's merged stdout may join lines).
+        peak = ("import os, resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+                "open('peak.' + os.environ['OMPI_COMM_WORLD_RANK'], 'w').write("
+                "str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(r.returncode)")
+        cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", "OOMFLIGHT_SKIP_BATCHES=0",
+               "-x", "OOMFLIGHT_SNAPSHOT_EVERY=1ba", "-x", "OOMFLIGHT_MAX_DUMPS=3", sys.executable, "-c", peak,
+               CLI, "run", "--run-name", "fast", "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
+               "--steps", str(self.WINDOWS)]
+        r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True, text=True, timeout=400)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        peaks = [int((work / f"peak.{rank}").read_text()) for rank in range(4)]
+        self.assertEqual(len(peaks), 4, out)
+        self.assertLess(max(peaks), 1 << 20, f"a rank's peak RSS reached {max(peaks)} KiB")
+        # Every window is written or skipped, and rank 0's lines account for each: a written window follows the
+        # previous one after exactly the windows it says were skipped.
+        written = [(int(m.group(1)), int(m.group(2) or 0)) for m in re.finditer(
+            r"snapshot of batches (\d+) to \1: archive \S+ written by 4 ranks in [\d.]+ m?s(?: \((\d+) earlier windows? "
+            r"skipped)?", out)]
+        self.assertGreater(len(written), 1, out)
+        previous = -1
+        for window, skipped in written:
+            self.assertEqual(window, previous + 1 + skipped, f"window {window} after {previous}: {skipped} skipped\n{out[-5000:]}")
+            previous = window
+        last = re.search(r"the last (\d+) snapshot windows? w[a-z]+ skipped \((\d+) in all", out)
+        trailing = int(last.group(1)) if last else 0
+        self.assertEqual(previous + 1 + trailing, self.WINDOWS, out[-3000:])
+        skipped_in_all = sum(s for _, s in written) + trailing
+        self.assertGreater(skipped_in_all, 0, "the replay unpaced should outrun the writes on this machine")
+        if last:
+            self.assertEqual(int(last.group(2)), skipped_in_all)
+        # The archives kept (retention: the newest 3) say the same as the log.
+        said = dict(written)
+        folder = work / "fast" / "oomflight"
+        kept = sorted(folder.glob("snapshot.*.h5"))
+        self.assertEqual(len(kept), 3)
+        for path in kept:
+            with h5py.File(path, "r") as f:
+                window = int(f.attrs["window_first_batch"])
+                got = int(f.attrs["snapshot_windows_skipped"]) if "snapshot_windows_skipped" in f.attrs else 0
+                self.assertEqual(got, said[window], path.name)
+                self.assertEqual(sorted(f["ranks"]["rank"].tolist()), [0, 1, 2, 3])
+        report = subprocess.run([CLI, "report", str(kept[-1])], capture_output=True, text=True)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        if said[int(kept[-1].name.split(".")[1])] > 0:
+            self.assertIn("earlier snapshot window", report.stdout)
 
 
 if __name__ == "__main__":

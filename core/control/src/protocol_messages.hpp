@@ -37,10 +37,14 @@ struct Vote {
   std::int32_t kind = 0;     ///< DumpKind
   /// NUL-padded, cut at 735 bytes (the origin prints its whole reason itself). PyTorch's OOM message, with its
   /// PYTORCH_CUDA_ALLOC_CONF advice, runs to about 600 bytes; 224 cut it mid-sentence. Every rank gathers every
-  /// vote: 864 bytes a rank (0.44 MB per rank at 512 ranks, once per dump).
+  /// vote: 872 bytes a rank (0.45 MB per rank at 512 ranks, once per dump).
   char reason[736] = {};
   /// Its archive_row_counts(): with every rank's, each rank knows where its rows go without one more collective.
   std::uint64_t row_counts[11] = {};
+  /// 1: this rank abandoned a snapshot's write (it yielded to this dump): every rank then stops its snapshots, so
+  /// that none waits for a window the others will never write (snapshot_writer.hpp).
+  std::int32_t snapshots_broken = 0;
+  std::int32_t unused = 0;
 
   void row_counts_from(const std::array<std::uint64_t, 11>& counts) {
     std::copy(counts.begin(), counts.end(), row_counts);
@@ -51,6 +55,6 @@ struct Vote {
     return counts;
   }
 };
-static_assert(sizeof(Vote) == 864);
+static_assert(sizeof(Vote) == 872);
 
 }  // namespace oomflight::protocol

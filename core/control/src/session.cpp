@@ -100,14 +100,17 @@ Session::~Session() {
 bool Session::shutdown(bool normal_end) {
   {
     std::lock_guard lock(batch_mutex_);
-    if (!shut_down_ && normal_end && config_.enabled) {
+    if (!shut_down_ && normal_end && config_.enabled && !oom_dumped_) {
       // A normal end ends the running batch: a window whose last batch it is closes now, and is written
       // before the watcher stops (every rank shuts down alike; bounded by the dump deadline).
       if (const auto w = schedule_.closed_at_end(recorder_.batch())) take_snapshot(*w);
     }
     shut_down_ = true;
   }
-  if (normal_end && protocol_ && !protocol_->drain_snapshots(config_.dump_timeout)) {
+  // After this rank's OOM dump the job is ending on its error, and its peers may be stuck in the job's own
+  // collectives: no window is closed or waited for (a dump goes first: the OOM ends the job as fast with
+  // snapshots on as without).
+  if (normal_end && !oom_dumped_ && protocol_ && !protocol_->drain_snapshots(config_.dump_timeout)) {
     log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
                "end of its window); it is dropped");
   }
@@ -124,11 +127,13 @@ void Session::mark_batch(std::int64_t batch) {
 
 void Session::take_snapshot(const SnapshotWindow& window) {
   try {
-    FrozenHistory h = recorder_.freeze(-1, protocol_ ? protocol_->take_spare_events() : std::vector<Event>{});
     if (protocol_) {
-      protocol_->queue_snapshot(std::move(h), window);
+      protocol_->queue_snapshot(window, [&](std::vector<Event> storage) {
+        return recorder_.freeze(-1, std::move(storage));
+      });
       return;
     }
+    FrozenHistory h = recorder_.freeze(-1);
     // One process: no watcher, no other rank to wait for; written here.
     std::vector<Event> events = snapshot_events(h.ring.events, window.first, window.last);
     ArchiveHeader header = executor_->header(
@@ -157,6 +162,7 @@ DumpResult Session::dump(const DumpRequest& request) {
     r.status = DumpResult::Status::disabled;
     return r;
   }
+  if (request.kind == DumpKind::oom) oom_dumped_ = true;
   if (protocol_) return protocol_->request(request);
   return dump_alone(request);
 }

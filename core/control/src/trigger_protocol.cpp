@@ -26,9 +26,9 @@
 #include <fmt/format.h>
 
 #include "dump_signal.hpp"
+#include "protocol_timing.hpp"
 #include "oomflight/format/collective_writer.hpp"
 #include "retention.hpp"
-#include "snapshot_events.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/record/clock.hpp"
@@ -40,18 +40,6 @@ using protocol::kTagDone;
 using protocol::kTagTrigger;
 using protocol::TriggerMessage;
 using protocol::Vote;
-
-std::int64_t to_ns(std::chrono::milliseconds ms) { return static_cast<std::int64_t>(ms.count()) * 1'000'000; }
-
-double seconds_since(std::int64_t start_ns) { return static_cast<double>(monotonic_ns() - start_ns) / 1e9; }
-
-// How long a watcher sleeps between two tests of a step between the ranks, `waited_ns` into it. Most steps of a
-// dump complete within a millisecond: 50 us polls then (4 ranks: 2 ms less per dump than 200 us). A step that
-// takes longer waits for a slow rank or for the disk, and many ranks polling that often on few cores slow it
-// down (64 ranks on 2 cores: 0.67 - 0.74 s per dump at 50 us, 0.44 - 0.45 s at 200 us): 200 us after that.
-std::chrono::microseconds poll_pause(std::int64_t waited_ns) {
-  return std::chrono::microseconds(waited_ns < 1'000'000 ? 50 : 200);
-}
 
 // The request of a rank that is an origin because its ring holds an oom event no dump has reported.
 DumpRequest request_from_oom_event(const FrozenHistory& h) {
@@ -123,7 +111,12 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   node_doorbells_ = exchange_node_doorbells(comm_, id_.rank, doorbell_.address());
   signal_installed_ = install_dump_signal();
   if (config_.dump_on_exit) exit_installed_ = install_exit_signal();
-  if (config_.snapshots()) MPI_Comm_dup(comm_, &snapshot_comm_);  // collective, like this constructor
+  if (config_.snapshots()) {
+    MPI_Comm snapshot_comm = MPI_COMM_NULL;
+    MPI_Comm_dup(comm_, &snapshot_comm);  // collective, like this constructor
+    MPI_Comm_set_errhandler(snapshot_comm, MPI_ERRORS_RETURN);
+    snapshots_ = std::make_unique<SnapshotWriter>(config_, id_, executor_, snapshot_comm);
+  }
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -135,6 +128,7 @@ bool TriggerProtocol::shutdown() {
     std::unique_lock lock(mutex_);
     if (stop_) return !abandoned_;
     stop_ = true;
+    if (snapshots_) snapshots_->stop();
     if (signal_installed_) uninstall_dump_signal();
     if (exit_installed_ && !exiting_) uninstall_exit_signal();
     doorbell_.ring();
@@ -165,9 +159,7 @@ bool TriggerProtocol::shutdown() {
   }
   // A communicator with an abandoned collective on it must not be freed (the collective still refers to it).
   if (!broken_) MPI_Comm_free(&comm_);
-  if (snapshot_comm_ != MPI_COMM_NULL && snapshot_barrier_ == MPI_REQUEST_NULL && !snapshots_broken_) {
-    MPI_Comm_free(&snapshot_comm_);
-  }
+  if (snapshots_) snapshots_->close();
   return true;
 }
 
@@ -211,13 +203,12 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
     // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
     // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
     // ring: 1 to 2 ms for 100,000 events). Sending takes microseconds, so the history is still frozen at once.
-    // The watcher sends them instead, with the dump, while a dump is under way (the epoch is not this one's) or a
-    // snapshot is queued: the watcher may be about to write it, and ranks that took the trigger first would wait
-    // in the dump's vote while it waits for them in the snapshot's collectives, until the deadline.
+    // The watcher sends them instead, with the dump, while a dump is under way (the epoch is not this one's). A
+    // snapshot being written yields to this request on every rank (snapshot_writer.hpp).
     const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
     announce(request, batch);
     // broken_ changes only while active_ (the watcher's dump), so it is read safely here.
-    const bool triggers_sent = !active_ && !broken_ && snapshots_.empty() && !snapshot_writing_;
+    const bool triggers_sent = !active_ && !broken_;
     if (triggers_sent) {
       send_triggers(batch, request.kind);
       log().debug("triggers sent to every rank before the freeze");
@@ -314,7 +305,7 @@ void TriggerProtocol::watch_until_stopped() {
       }
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
-    bool remote = poll_trigger_message();
+    bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
     if (!remote && !local && rings.other) remote = await_rung_trigger();
     if (remote) {
       log().debug("trigger from rank {} seen {}", *heard_origins_.begin(),
@@ -322,7 +313,7 @@ void TriggerProtocol::watch_until_stopped() {
     }
     if (local || remote) run_dump();
     if (last_dump) return;
-    poll_snapshots();
+    if (snapshots_) snapshots_->poll([this] { return dump_waiting(); });
     bool end = false;
     {
       std::lock_guard lock(mutex_);
@@ -335,113 +326,28 @@ void TriggerProtocol::watch_until_stopped() {
   }
 }
 
-void TriggerProtocol::queue_snapshot(FrozenHistory history, const SnapshotWindow& window) {
-  std::lock_guard lock(mutex_);
-  if (stop_ || snapshot_comm_ == MPI_COMM_NULL || snapshots_broken_) return;
-  snapshots_.push_back(PendingSnapshot{std::move(history), window});
+void TriggerProtocol::queue_snapshot(const SnapshotWindow& window,
+                                     const std::function<FrozenHistory(std::vector<Event>)>& freeze) {
+  if (!snapshots_) return;
+  if (snapshots_->wants_history(window)) {
+    snapshots_->queue(freeze(snapshots_->take_spare_events()), window);
+  } else {
+    snapshots_->queue_skipped(window);  // no freeze: the bound on waiting windows (snapshot_writer.hpp)
+  }
   doorbell_.ring();
 }
 
 bool TriggerProtocol::drain_snapshots(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  return done_.wait_for(lock, timeout, [&] { return stop_ || (snapshots_.empty() && !snapshot_writing_); });
+  return !snapshots_ || snapshots_->drain(timeout);
 }
 
-void TriggerProtocol::poll_snapshots() {
+bool TriggerProtocol::dump_waiting() {
   {
     std::lock_guard lock(mutex_);
-    if (snapshots_.empty()) return;
-    // A local request that came since this loop looked (its triggers may be out already): the dump first, or
-    // ranks that took its trigger would vote while this one waited for them in the snapshot's collectives.
-    if (pending_ && pending_epoch_ <= epoch_) return;
+    if (stop_ || (pending_ && pending_epoch_ <= epoch_)) return true;
   }
-  // The k-th barrier of every rank is its k-th window: it completes when every rank has queued that window.
-  if (snapshot_barrier_ == MPI_REQUEST_NULL) MPI_Ibarrier(snapshot_comm_, &snapshot_barrier_);
-  int complete = 0;
-  MPI_Test(&snapshot_barrier_, &complete, MPI_STATUS_IGNORE);  // sets it back to MPI_REQUEST_NULL when complete
-  if (!complete) return;
-  PendingSnapshot s;
-  {
-    std::lock_guard lock(mutex_);
-    s = std::move(snapshots_.front());
-    snapshots_.pop_front();
-    snapshot_writing_ = true;
-  }
-  write_snapshot(s);
-  std::lock_guard lock(mutex_);
-  snapshot_writing_ = false;
-  spare_events_ = std::move(s.history.ring.events);
-  done_.notify_all();
-}
-
-std::vector<Event> TriggerProtocol::take_spare_events() {
-  std::lock_guard lock(mutex_);
-  return std::move(spare_events_);
-}
-
-void TriggerProtocol::write_snapshot(PendingSnapshot& s) {
-  const std::int64_t start = monotonic_ns();
-  const SnapshotWindow& w = s.window;
-  // The first rank names the archive (folder created, a unique name chosen); the path travels with its layout.
-  std::string name;
-  if (id_.rank == 0) {
-    try {
-      name = executor_.archive_path(DumpKind::snapshot, w.first);
-    } catch (const std::exception& e) {
-      log().error("snapshot of batches {} to {}: {}", w.first, w.last, e.what());
-    }
-  }
-  std::vector<std::int32_t> present(static_cast<std::size_t>(id_.world_size));
-  for (int r = 0; r < id_.world_size; ++r) present[static_cast<std::size_t>(r)] = r;
-  ArchiveHeader header =
-      executor_.header(DumpKind::snapshot, w.first, fmt::format("snapshot of batches {} to {}", w.first, w.last), {},
-                       present);
-  header.window_first_batch = w.first;
-  header.window_last_batch = w.last;
-  DumpRequest request;
-  request.kind = DumpKind::snapshot;
-  const RankRow row = executor_.rank_row(s.history, false, request);
-  std::vector<Event> events = snapshot_events(s.history.ring.events, w.first, w.last);
-  std::string written;
-  try {
-    written = write_archive_collective(name, header,
-                                       RankDump{.row = row, .events = events, .stacks = &s.history.stacks,
-                                                .batches = s.history.batches.rows, .context = s.history.context,
-                                                .state_segments = {}, .state_blocks = {}},
-                                       snapshot_comm_,
-                                       CollectiveArchive{.root = 0, .row_counts = {}, .wait = [&](MPI_Request& step) {
-                                         return wait_for(step, start + to_ns(config_.dump_timeout));
-                                       }});
-  } catch (const CollectiveTimeout& e) {
-    // A rank stalled during the write: a collective stays pending on the snapshots' communicator, so no later
-    // window can be agreed on. The watcher stays free for dumps.
-    {
-      std::lock_guard lock(mutex_);
-      snapshots_broken_ = true;
-      snapshots_.clear();  // nothing later will be written: drain_snapshots() must not wait for them
-    }
-    log().error("snapshot of batches {} to {} not written: {} (OOMFLIGHT_DUMP_TIMEOUT); no more snapshots in this "
-                "job", w.first, w.last, e.what());
-    return;
-  } catch (const ArchiveError& e) {
-    log().error("snapshot of batches {} to {} not written: {}", w.first, w.last, e.what());  // every rank alike
-    return;
-  } catch (const std::exception& e) {
-    // Thrown on this rank alone: the others wait for it in a collective and give up, as above.
-    {
-      std::lock_guard lock(mutex_);
-      snapshots_broken_ = true;
-      snapshots_.clear();
-    }
-    log().error("snapshot of batches {} to {} not written: {}; no more snapshots in this job", w.first, w.last,
-                e.what());
-    return;
-  }
-  if (id_.rank == 0) {
-    log().info("snapshot of batches {} to {}: archive {} written by {} {} in {}", w.first, w.last, written,
-               id_.world_size, id_.world_size == 1 ? "rank" : "ranks", format_seconds(seconds_since(start)));
-    prune_archives(written, id_.run_name, config_);
-  }
+  // A trigger taken here is kept in heard_origins_ for the watcher's next turn (watch_until_stopped).
+  return !heard_origins_.empty() || poll_trigger_message();
 }
 
 bool TriggerProtocol::poll_trigger_message() {
@@ -625,6 +531,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   mine.kind = static_cast<std::int32_t>(request.kind);
   set_fixed_string(mine.reason, request.reason);
   mine.row_counts_from(DumpExecutor::row_counts(h, &request.state));
+  mine.snapshots_broken = snapshots_ && snapshots_->broken() ? 1 : 0;
   // A collective given up on may still complete later (a stalled rank resumes) and write into its buffers: they
   // live on the heap and are leaked when the deadline passes.
   struct Buffers {
@@ -660,6 +567,18 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   const std::int64_t batch = lowest.batch;
   const auto kind = lowest.kind >= 0 && lowest.kind < kDumpKindCount ? static_cast<DumpKind>(lowest.kind)
                                                                       : DumpKind::oom;
+  // Every rank reads the same votes, so every rank stops its snapshots alike: when a rank abandoned a snapshot's
+  // write for this dump (the others would wait for it in the next one), and after an OOM dump (the job is going
+  // down; a snapshot started now would only race its teardown and leave a partial file).
+  if (snapshots_ && !snapshots_->broken()) {
+    const bool abandoned =
+        std::any_of(votes.begin(), votes.end(), [](const Vote& v) { return v.snapshots_broken != 0; });
+    if (abandoned || kind == DumpKind::oom) {
+      snapshots_->abandon();
+      log().info("no more snapshots in this job: {}",
+                 abandoned ? "a rank abandoned a snapshot's write for this dump" : "it ran out of memory");
+    }
+  }
 
   // The lowest origin names the archive (creating its folder) and lays it out; the path travels with the layout.
   std::string name;
@@ -714,6 +633,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
 DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request,
                                       std::int64_t start_ns, const std::string& why,
                                       std::vector<std::int32_t> origins) {
+  // The ranks are out of step (or every one of them failed to write): no snapshot can be agreed on after this.
+  if (snapshots_) snapshots_->abandon();
   const LocalView v = local_view(h, is_origin, request, std::move(origins));
   const ArchiveHeader& header = v.header;
   const std::int64_t batch = v.batch;

@@ -7,6 +7,8 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -19,6 +21,7 @@
 #include "oomflight/record/recorder.hpp"
 #include "protocol_messages.hpp"
 #include "oomflight/control/snapshot_schedule.hpp"
+#include "snapshot_writer.hpp"
 #include "oomflight/control/watcher_doorbell.hpp"
 
 namespace oomflight {
@@ -36,16 +39,14 @@ class TriggerProtocol {
   /// process join the same dump when they can.
   DumpResult request(const DumpRequest& request);
 
-  /// Hands a snapshot window's frozen history to the watcher and returns at once (the training thread never waits
-  /// for another rank). The watcher writes it with every rank as one archive of kind snapshot once every rank has
-  /// handed over the same window (an MPI_Ibarrier on a communicator of the snapshots' own, polled). Thread-safe.
-  void queue_snapshot(FrozenHistory history, const SnapshotWindow& window);
+  /// Hands a closed snapshot window to the watcher and returns at once (the training thread never waits for
+  /// another rank). `freeze` is called here with the last written snapshot's event storage (warm pages: the freeze
+  /// is what a snapshot costs the training thread), unless the window has no place (SnapshotWriter's bound): it
+  /// is then skipped by every rank. The watcher writes it with every rank as one archive of kind snapshot once
+  /// every rank has handed over the same window. No-op without a schedule. Thread-safe.
+  void queue_snapshot(const SnapshotWindow& window, const std::function<FrozenHistory(std::vector<Event>)>& freeze);
 
-  /// The event storage of the last snapshot written, for the next freeze to reuse (warm pages: the freeze is
-  /// what a snapshot costs the training thread). Empty when there is none. Thread-safe.
-  std::vector<Event> take_spare_events();
-
-  /// Waits until every queued snapshot is written, at most `timeout`. Returns whether they all were.
+  /// Waits until every queued snapshot is written or skipped, at most `timeout`. Returns whether they all were.
   bool drain_snapshots(std::chrono::milliseconds timeout);
 
   /// Stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
@@ -60,13 +61,9 @@ class TriggerProtocol {
     DumpRequest request;
     bool triggers_sent = false;  // request() sent them before freezing (else the watcher does)
   };
-  struct PendingSnapshot {
-    FrozenHistory history;
-    SnapshotWindow window;
-  };
-  // The watcher: when every rank has queued the front snapshot, writes it (else returns at once).
-  void poll_snapshots();
-  void write_snapshot(PendingSnapshot& s);
+  // Whether a dump waits for this watcher (its own request, a trigger from another rank, shutdown): a snapshot
+  // write yields to it. Watcher thread only.
+  bool dump_waiting();
 
   // What a rank knows of a dump on its own (before or without the votes): origins, batch, kind, its header.
   struct LocalView {
@@ -142,12 +139,7 @@ class TriggerProtocol {
   std::set<int> heard_origins_;  // origins named by trigger messages in this dump
   std::int64_t heard_batch_ = -1;
   DumpKind heard_kind_ = DumpKind::oom;
-  std::deque<PendingSnapshot> snapshots_;  // queued by training threads, written by the watcher, in order
-  bool snapshot_writing_ = false;          // the watcher holds the front one
-  std::vector<Event> spare_events_;        // a written snapshot's event storage, for the next freeze
-  MPI_Comm snapshot_comm_ = MPI_COMM_NULL; // the snapshots' own: their barriers never meet a dump's collectives
-  MPI_Request snapshot_barrier_ = MPI_REQUEST_NULL;  // posted for the front snapshot, not complete yet
-  bool snapshots_broken_ = false;  // a snapshot's collective timed out: snapshot_comm_ is unusable (mutex_)
+  std::unique_ptr<SnapshotWriter> snapshots_;  // with a schedule: the snapshots, on a communicator of their own
   std::thread watcher_;
 };
 

@@ -127,6 +127,10 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                      "start of batch {})",
                      h.window_first_batch, h.window_last_batch, h.window_first_batch));
   }
+  if (h.snapshot_windows_skipped.value_or(0) > 0) {
+    line(fmt::format("skipped: {} earlier snapshot {} (writes were slower than the windows; at most 2 wait per rank)",
+                     *h.snapshot_windows_skipped, *h.snapshot_windows_skipped == 1 ? "window" : "windows"));
+  }
   line("");
   if (pm.origins.empty()) {
     line(h.kind == "snapshot" ? "origin: none (a scheduled snapshot)" : "origin: none recorded");

@@ -142,6 +142,7 @@ ArchiveFile::ArchiveFile(std::string partial, const ArchiveHeader& header, const
     a.int64("window_first_batch", header.window_first_batch);
     a.int64("window_last_batch", header.window_last_batch);
   }
+  if (header.snapshot_windows_skipped) a.int64("snapshot_windows_skipped", *header.snapshot_windows_skipped);
   // Contiguous, allocated at creation, never filled: each dataset is one range of the file whose address is
   // known now, and which the writers fill row for row.
   auto dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));

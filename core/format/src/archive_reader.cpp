@@ -311,6 +311,13 @@ ArchiveHeader read_header(Reader& r) {
   h.world_size = world.empty() ? 0 : world[0];
   h.ranks_present = r.int_attribute("ranks_present");
   if (H5Aexists(r.file(), "dump_batch") > 0) h.dump_batch = r.int64_attribute("dump_batch");
+  if (H5Aexists(r.file(), "snapshot_windows_skipped") > 0) {
+    h.snapshot_windows_skipped = r.int64_attribute("snapshot_windows_skipped");
+    if (*h.snapshot_windows_skipped < 0) {
+      r.fail(fmt::format("root attribute 'snapshot_windows_skipped' is {}; a count of windows must be >= 0",
+                         *h.snapshot_windows_skipped));
+    }
+  }
   if (H5Aexists(r.file(), "window_first_batch") > 0) {
     h.window_first_batch = r.int64_attribute("window_first_batch");
     h.window_last_batch = r.int64_attribute("window_last_batch");

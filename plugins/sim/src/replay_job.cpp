@@ -107,10 +107,12 @@ class Pacer {
 };
 
 // Loops the trace; returns the failure if the device ran out of memory.
-std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi, Pacer* pacer) {
+std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi, Pacer* pacer,
+                                     int capacity_step, std::uint64_t capacity_then) {
   for (int step = 0; step < steps; ++step) {
     if (pacer) pacer->restart();
     oomflight_mark_batch(step);
+    if (step == capacity_step && capacity_step > 0) device.set_capacity(capacity_then);
     std::optional<OutOfMemory> oom = step > 0 ? device.rewind(sink) : std::nullopt;
     if (!oom) oom = device.replay(sink);
     if (oom) return oom;
@@ -140,7 +142,9 @@ int run_replay_job(const ReplayOptions& o) {
   int rank = 0;
   oomflight_rank(&rank, nullptr);
   const auto custom = o.rank_device_memory_bytes.find(rank);
-  const std::uint64_t capacity = custom != o.rank_device_memory_bytes.end() ? custom->second : o.device_memory_bytes;
+  const std::uint64_t rank_capacity =
+      custom != o.rank_device_memory_bytes.end() ? custom->second : o.device_memory_bytes;
+  const std::uint64_t capacity = o.rank_memory_from_step > 0 ? o.device_memory_bytes : rank_capacity;
 
   std::optional<TorchSnapshot> snapshot;
   std::optional<SimulatedDevice> device;
@@ -172,7 +176,8 @@ int run_replay_job(const ReplayOptions& o) {
   if (mpi) MPI_Barrier(MPI_COMM_WORLD);
   Pacer pacer;
   if (o.pace) device->set_pacer([&pacer](std::int64_t time_us) { pacer(time_us); });
-  const auto oom = run_steps(*device, *sink, o.steps, mpi, o.pace ? &pacer : nullptr);
+  const auto oom =
+      run_steps(*device, *sink, o.steps, mpi, o.pace ? &pacer : nullptr, o.rank_memory_from_step, rank_capacity);
   if (oom) {
     if (oomflight_is_oom("torch.OutOfMemoryError", oom->message.c_str())) {
       // The simulated allocator already recorded its oom event; ask for the dump with PyTorch's figures.

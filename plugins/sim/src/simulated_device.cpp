@@ -149,7 +149,7 @@ OutOfMemory SimulatedDevice::out_of_memory(const Request& request, std::size_t i
   oom.trace_index = index;
   oom.requested_bytes = request.bytes;
   oom.segment_bytes = request.segment_bytes;
-  oom.device_free_bytes = capacity_ - reserved_;
+  oom.device_free_bytes = reserved_ < capacity_ ? capacity_ - reserved_ : 0;  // set_capacity may go below
   oom.reserved_bytes = reserved_;
   oom.allocated_bytes = allocated_;
   oom.message = fmt::format(

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -82,6 +83,7 @@ class Session {
   SnapshotSchedule schedule_;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
   bool shut_down_ = false;
+  std::atomic<bool> oom_dumped_{false};  // this rank asked for an OOM dump: shutdown closes no window, waits for none
 };
 
 }  // namespace oomflight

@@ -196,6 +196,10 @@ struct ArchiveHeader {
   /// `window_last_batch` (int64). -1 and not written for every other kind.
   std::int64_t window_first_batch = -1;
   std::int64_t window_last_batch = -1;
+  /// Snapshots: windows every rank skipped since the previous snapshot archive of the job (or its start), because
+  /// writes were slower than the windows and a rank had no place to keep another (at most 2 wait per rank);
+  /// root attribute `snapshot_windows_skipped` (int64 >= 0, since 0.2.1). Absent: none skipped, or an older file.
+  std::optional<std::int64_t> snapshot_windows_skipped;
   /// The batch the dump is named after ({batch} in its file names: the first origin's batch at the trigger, a
   /// snapshot window's first batch), root attribute `dump_batch` (int64, since 0.2.1). Absent in older files; merge
   /// refuses files of one run and kind whose dump batches differ.

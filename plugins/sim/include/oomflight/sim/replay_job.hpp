@@ -18,6 +18,9 @@ struct ReplayOptions {
   std::uint64_t device_memory_bytes = 0;                 ///< every rank's simulated device capacity, bytes
   std::map<int, std::uint64_t> rank_device_memory_bytes; ///< capacities for single ranks, bytes
   int steps = 1;                                         ///< loops of the trace, one batch each (>= 1)
+  /// The step from which rank_device_memory_bytes apply; before it every rank has device_memory_bytes (0: from the
+  /// start). A rank then runs out of memory later in the job, after snapshots and batches of its own.
+  int rank_memory_from_step = 0;
   bool pace = false;  ///< serve each trace entry at its time_us offset from the step's start (the trace's own timing)
   int device = -1;  ///< the trace's device to replay; -1: the only device with a non-empty trace (several: an error)
 };

@@ -97,6 +97,9 @@ class SimulatedDevice {
   void set_pacer(std::function<void(std::int64_t time_us)> pacer) { pacer_ = std::move(pacer); }
   const ReplayAnomalies& anomalies() const { return anomalies_; }
   std::uint64_t capacity() const { return capacity_; }
+  /// Changes the capacity from now on (bytes), as when another process takes memory on the GPU: segments already
+  /// reserved stay; the next segment that does not fit releases the unused cached ones first, then fails.
+  void set_capacity(std::uint64_t capacity_bytes) { capacity_ = capacity_bytes; }
   /// Cached segments released at the start to fit the capacity (0 when the start state fitted as it was).
   std::uint64_t start_released_bytes() const { return start_released_; }
   /// Reserved and allocated bytes at the trace's start (after that release).
