@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <iterator>
 #include <map>
+#include <filesystem>
 #include <fstream>
 
 #include <cstdlib>
@@ -382,6 +383,26 @@ TEST_F(CApi, AFilenameWithSubfoldersCreatesThem) {
   ASSERT_EQ(oomflight_trigger_oom(0, "CUDA out of memory", 1 << 20, 0), OOMFLIGHT_OK) << last_error();
   EXPECT_EQ(std::string(oomflight_last_dump_path()), path("by-batch/4/oom.h5"));
   EXPECT_EQ(read_archive(oomflight_last_dump_path()).events.size(), 2u);  // the step mark and the oom event
+}
+
+// An absolute rank-local name used to make the fallback retry the same failed path: it goes under $TMPDIR instead.
+TEST_F(CApi, AnAbsoluteRankFilenameFallsBackUnderTmpdir) {
+  const test::TempDir tmp;
+  const std::string blocked = path("not-a-folder");
+  std::ofstream(blocked) << "a file where the folders would go";
+  setenv("OOMFLIGHT_FOLDER", (blocked + "/archives").c_str(), 1);
+  setenv("OOMFLIGHT_RANK_FILENAME", (blocked + "/{kind}.rank{rank}.h5").c_str(), 1);
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  setenv("TMPDIR", tmp.path().c_str(), 1);
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(oomflight_trigger_oom(0, "CUDA out of memory", 1 << 20, 0), OOMFLIGHT_EDUMP);
+  if (old_tmpdir) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  unsetenv("OOMFLIGHT_RANK_FILENAME");
+  const std::string expected =
+      (tmp.path() / "oomflight-capi" / std::filesystem::path(blocked).relative_path() / "oom.rank0.h5").string();
+  EXPECT_EQ(std::string(oomflight_last_dump_path()), expected);
+  EXPECT_EQ(read_archive(expected).events.size(), 1u);  // the oom event: the history is kept
 }
 
 TEST_F(CApi, TheFirstHeadersTriggerDumpStillWorksOnDeviceZero) {

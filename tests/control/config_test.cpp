@@ -86,6 +86,24 @@ TEST(Config, RunNamesUpToTheLimitInAnyScriptAreKept) {
   EXPECT_NE(error_of({{"OOMFLIGHT_RUN_NAME", "\xc0\xaf"}}).find("is not UTF-8 text (byte 0)"), std::string::npos);
 }
 
+// With OOMFLIGHT_OVERWRITE=1 the next snapshot replaced an OOM archive already reported written (issue 19).
+TEST(Config, TemplatesThatMakeTwoKindsOrTheArchiveAndARankFileShareAFileAreRefused) {
+  EXPECT_NE(error_of({{"OOMFLIGHT_FILENAME", "dump.h5"}})
+                .find("OOMFLIGHT_FILENAME='dump.h5' has no {kind}, nor has OOMFLIGHT_FOLDER (its default): an OOM "
+                      "archive, a snapshot and a signal dump would share one file"),
+            std::string::npos)
+      << error_of({{"OOMFLIGHT_FILENAME", "dump.h5"}});
+  EXPECT_NE(error_of({{"OOMFLIGHT_RANK_FILENAME", "r{rank}.h5"}}).find("OOMFLIGHT_RANK_FILENAME='r{rank}.h5' has no {kind}"),
+            std::string::npos);
+  EXPECT_EQ(error_of({{"OOMFLIGHT_FILENAME", "dump.h5"}, {"OOMFLIGHT_RANK_FILENAME", "dump.{rank}.h5"},
+                      {"OOMFLIGHT_FOLDER", "out/{kind}"}}),
+            "");
+  EXPECT_NE(error_of({{"OOMFLIGHT_FILENAME", "x{kind}0.h5"}, {"OOMFLIGHT_RANK_FILENAME", "x{kind}{rank}.h5"}})
+                .find("name the same file for rank 0"),
+            std::string::npos);
+  EXPECT_EQ(error_of({{"OOMFLIGHT_FILENAME", "{kind}.{batch}.h5"}}), "");
+}
+
 TEST(Config, SettingsThatDefeatTheDumpTogetherAreRefused) {
   // Each value alone is fine; together the other ranks would notice the trigger after the deadline.
   const std::string message = error_of({{"OOMFLIGHT_POLL_INTERVAL", "10s"}, {"OOMFLIGHT_DUMP_TIMEOUT", "3s"}});

@@ -189,11 +189,14 @@ std::vector<OptionSpec> make_table() {
        "Folder for archives and rank-local files, relative to the working directory.",
        [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},
       {"OOMFLIGHT_FILENAME", "template", "{kind}.{batch}.h5",
-       "Name of the archive all ranks write together. No per-rank placeholders.",
+       "Name of the archive all ranks write together. No per-rank placeholders. {kind} must be in it or in "
+       "OOMFLIGHT_FOLDER: archives of different kinds never share a file.",
        [](Config& c, std::string_view v) { c.filename = parse_file_template(v, false); }},
       {"OOMFLIGHT_RANK_FILENAME", "template", "{kind}.{batch}.rank{rank}.h5",
        "Name of a rank-local file: every rank writes its history there first, before any step another rank can "
-       "block, and removes it once the archive is verified (see OOMFLIGHT_KEEP_RANK_FILES).",
+       "block, and removes it once the archive is verified (see OOMFLIGHT_KEEP_RANK_FILES). Needs {rank}, and {kind} "
+       "here or in OOMFLIGHT_FOLDER. When its folder cannot be written it goes to $TMPDIR/oomflight-{run_name}/ "
+       "(an absolute name: its whole path under that folder).",
        [](Config& c, std::string_view v) {
          c.rank_filename = parse_file_template(v, true);
          if (!c.rank_filename.uses(FilenameTemplate::Field::rank)) {
@@ -263,6 +266,30 @@ void check_together(const Config& c) {
     throw ConfigError(fmt::format("OOMFLIGHT_INTERVAL={}ba is longer than OOMFLIGHT_SNAPSHOT_EVERY={}ba: windows "
                                   "would overlap",
                                   *c.interval_batches, *c.snapshot_every_batches));
+  }
+  // Archives of different kinds must never share a file: with OOMFLIGHT_OVERWRITE=1 the next snapshot replaced the
+  // OOM archive just reported written, without a word.
+  const auto given = [&](std::string_view name) {
+    for (const auto& [n, v] : c.given) {
+      if (n == name) return fmt::format("{}='{}'", n, v);
+    }
+    return fmt::format("{} (its default)", name);
+  };
+  using Field = FilenameTemplate::Field;
+  for (const auto& [name, tmpl] : {std::pair<std::string_view, const FilenameTemplate*>{"OOMFLIGHT_FILENAME", &c.filename},
+                                   {"OOMFLIGHT_RANK_FILENAME", &c.rank_filename}}) {
+    if (!tmpl->uses(Field::kind) && !c.folder.uses(Field::kind)) {
+      throw ConfigError(fmt::format("{} has no {{kind}}, nor has {}: an OOM archive, a snapshot and a signal dump "
+                                    "would share one file; add {{kind}} to either",
+                                    given(name), given("OOMFLIGHT_FOLDER")));
+    }
+  }
+  // ... and rank 0's rank-local file must not be the archive (it is removed once the archive is verified).
+  const TemplateValues sample{"run", 0, 0, 2, 7, 1, "host", "oom"};
+  if (c.filename.render(sample) == c.rank_filename.render(sample)) {
+    throw ConfigError(fmt::format("{} and {} name the same file for rank 0: its rank-local file would be the "
+                                  "archive",
+                                  given("OOMFLIGHT_FILENAME"), given("OOMFLIGHT_RANK_FILENAME")));
   }
   // A rank notices a trigger only at its next poll: with polls as long as the deadline, every other rank would
   // arrive after it and only the origin's history would be kept.

@@ -76,9 +76,14 @@ TemplateValues DumpExecutor::template_values(DumpKind kind, std::int64_t batch) 
 
 std::string DumpExecutor::prepare_path(const FilenameTemplate& folder_template, const FilenameTemplate& name,
                                        const TemplateValues& values) const {
+  return prepare_rendered_path(folder_template.render(values), name.render(values));
+}
+
+std::string DumpExecutor::prepare_rendered_path(const std::filesystem::path& folder_name,
+                                                const std::filesystem::path& file_name) const {
   namespace fs = std::filesystem;
   // The name may hold subfolders too (OOMFLIGHT_FILENAME=by-batch/{batch}/oom.h5): create the whole parent.
-  fs::path path = fs::absolute(fs::path(folder_template.render(values)) / name.render(values));
+  fs::path path = fs::absolute(folder_name / file_name);
   const fs::path folder = path.parent_path();
   std::error_code ec;
   fs::create_directories(folder, ec);
@@ -120,10 +125,14 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
     first_error = e.what();
   }
   // The configured folder failed: keep the history anyway, somewhere that is almost always writable.
+  // An absolute OOMFLIGHT_RANK_FILENAME would make the fallback the same failed path: its path goes under the
+  // fallback folder instead, as a relative one would (/mnt/full/r0.h5 -> $TMPDIR/oomflight-RUN/mnt/full/r0.h5).
   const char* tmp = std::getenv("TMPDIR");
-  const FilenameTemplate fallback(fmt::format("{}/oomflight-{{run_name}}", tmp && *tmp ? tmp : "/tmp"));
+  const std::filesystem::path fallback_folder =
+      std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / ("oomflight-" + id_.run_name);
+  const std::filesystem::path name(config_.rank_filename.render(values));
   try {
-    const std::string path = prepare_path(fallback, config_.rank_filename, values);
+    const std::string path = prepare_rendered_path(fallback_folder, name.is_absolute() ? name.relative_path() : name);
     write_archive(path, header, dump, durability);
     log().warn("{}; wrote the rank-local file to {} instead", first_error, path);
     return path;

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,8 @@ class DumpExecutor {
  private:
   std::string prepare_path(const FilenameTemplate& folder, const FilenameTemplate& name,
                            const TemplateValues& values) const;
+  // ... with the folder and the name rendered already (the name may be absolute: then it is the path).
+  std::string prepare_rendered_path(const std::filesystem::path& folder, const std::filesystem::path& name) const;
   TemplateValues template_values(DumpKind kind, std::int64_t batch) const;
 
   const Config& config_;
