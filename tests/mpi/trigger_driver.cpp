@@ -1,6 +1,6 @@
 // Test driver: an MPI program with known per-rank event counts that asks for dumps on chosen ranks, through the C
 // API only (as a plugin would).
-//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND [THREAD_LEVEL [LATE_MS]]]]
+//   oomflight_trigger_driver EVENTS ORIGINS [STALL_RANK [KIND [THREAD_LEVEL [LATE_MS [SHUTDOWN_MS]]]]]
 // Rank r interns one stack (train_step, driver.py, line r + 1), records EVENTS + 10 r alloc events of 1000 + r
 // bytes with it in batch 0 and publishes device 0's gauges (1.0 MB allocated, 2.0 MB reserved, peaks 1.5 and
 // 2.5 MB, 4.0 MB capacity). STALL_RANK (-1: none) stops itself with SIGSTOP after the barrier: a wedged rank.
@@ -13,7 +13,10 @@
 // message on stderr and the driver exits 2 when it is too low. LATE_MS (0: off): every origin but the lowest asks
 // that many milliseconds after the barrier, as a failing thread that is slow to reach its error handler, and
 // the origins exit only after every rank has passed two more barriers (so that the late ones are not torn down
-// by the first origin's exit); each origin prints its dump's path.
+// by the first origin's exit); each origin prints its dump's path. SHUTDOWN_MS (KIND oom; absent: off): the
+// non-origins end normally instead of blocking, calling oomflight_shutdown() that many milliseconds after the
+// barrier (negative: the origins ask that many milliseconds after it instead), then MPI_Finalize: a dump that
+// races the others' normal end.
 #include <mpi.h>
 #include <oomflight/oomflight.h>
 
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
 
   const bool single = argc > 5 && std::strcmp(argv[5], "single") == 0;
   const int late_ms = argc > 6 ? std::atoi(argv[6]) : 0;
+  const bool shutdown_race = argc > 7;
+  const int shutdown_ms = shutdown_race ? std::atoi(argv[7]) : 0;
   int provided = 0;
   // the application owns MPI
   MPI_Init_thread(&argc, &argv, single ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE, &provided);
@@ -81,6 +86,15 @@ int main(int argc, char** argv) {
   if (origin && oom) oomflight_record(OOMFLIGHT_OOM, 0, 77, requested, 0, -1);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == stall) raise(SIGSTOP);
+  if (shutdown_race && !origin) {
+    if (shutdown_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(shutdown_ms));
+    const int rc = oomflight_shutdown();
+    std::printf("rank %d: shut down rc %d\n", rank, rc);
+    std::fflush(stdout);
+    MPI_Finalize();
+    return 0;
+  }
+  if (shutdown_race && shutdown_ms < 0) std::this_thread::sleep_for(std::chrono::milliseconds(-shutdown_ms));
   if (origin) {
     if (late_ms > 0 && rank != *origins.begin()) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
     const std::string reason = "driver: " + (oom ? "out of memory" : kind_name + " dump") + " on rank " +

@@ -13,6 +13,7 @@ namespace oomflight::protocol {
 /// Message tags on the recorder's own duplicated communicator (never the application's).
 inline constexpr int kTagTrigger = 0x00F1;  ///< TriggerMessage: origin -> every other rank
 inline constexpr int kTagDone = 0x00F2;     ///< one int64 epoch: a rank is done with a dump -> origins
+inline constexpr int kTagLeft = 0x00F3;     ///< one int32: this rank left without the leave agreement -> every rank
 
 /// "Dump now": sent point to point by an origin to every other rank. `epoch` numbers the dumps of this job
 /// (every rank counts the dumps it completed), so a late trigger for a dump already written is recognised.

@@ -114,7 +114,9 @@ bool Session::shutdown(bool normal_end) {
     log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
                "end of its window); it is dropped");
   }
-  return protocol_ ? protocol_->shutdown() : true;
+  // A normal end leaves together with the other ranks (answering their dumps meanwhile); an error exit, or the end
+  // of a rank that ran out of memory, does not wait for them (its peers may be stuck in the job's collectives).
+  return protocol_ ? protocol_->shutdown(normal_end && !oom_dumped_) : true;
 }
 
 void Session::mark_batch(std::int64_t batch) {

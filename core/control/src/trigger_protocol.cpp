@@ -27,6 +27,7 @@
 
 #include "dump_signal.hpp"
 #include "protocol_timing.hpp"
+#include "settings_agreement.hpp"
 #include "oomflight/format/collective_writer.hpp"
 #include "retention.hpp"
 #include "oomflight/base/log.hpp"
@@ -111,6 +112,10 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   node_doorbells_ = exchange_node_doorbells(comm_, id_.rank, doorbell_.address());
   signal_installed_ = install_dump_signal();
   if (config_.dump_on_exit) exit_installed_ = install_exit_signal();
+  MPI_Comm leave_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(comm_, &leave_comm);  // collective, like this constructor
+  MPI_Comm_set_errhandler(leave_comm, MPI_ERRORS_RETURN);
+  leave_ = std::make_unique<LeaveAgreement>(comm_, leave_comm, id_.rank, id_.world_size);
   if (config_.snapshots()) {
     MPI_Comm snapshot_comm = MPI_COMM_NULL;
     MPI_Comm_dup(comm_, &snapshot_comm);  // collective, like this constructor
@@ -120,13 +125,26 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   watcher_ = std::thread([this] { watch(); });
 }
 
-TriggerProtocol::~TriggerProtocol() { shutdown(); }
+TriggerProtocol::~TriggerProtocol() { shutdown(false); }
 
-bool TriggerProtocol::shutdown() {
+bool TriggerProtocol::shutdown(bool leave_together) {
   std::string stuck_safety_path;
   {
     std::unique_lock lock(mutex_);
     if (stop_) return !abandoned_;
+    if (leave_together && !watcher_exited_) {
+      // The leave agreement (leave_agreement.hpp): the watcher keeps answering triggers until every rank has asked
+      // to leave, a rank left without it, or the deadline; a dump under way then is waited for below, as always.
+      leaving_ = true;
+      doorbell_.ring();
+      const bool together = done_.wait_for(lock, config_.dump_timeout, [&] {
+        return left_together_ || any_gone_ || watcher_exited_;
+      });
+      if (!together) {
+        log().warn("not every rank ended its oomflight session within OOMFLIGHT_DUMP_TIMEOUT of this one; leaving "
+                   "without them (a dump they ask for now falls back to rank-local files at once)");
+      }
+    }
     stop_ = true;
     if (snapshots_) snapshots_->stop();
     if (signal_installed_) uninstall_dump_signal();
@@ -153,6 +171,10 @@ bool TriggerProtocol::shutdown() {
     return false;  // comm_, the pending receive and this object stay as they are: the watcher still uses them
   }
   if (watcher_.joinable()) watcher_.join();
+  // Told before the communicator goes: a rank that asks for a dump after this one left must not wait for it.
+  leave_->receive_left_messages();
+  leave_->announce_leaving();
+  leave_->close();
   if (trigger_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&trigger_request_);
     MPI_Wait(&trigger_request_, MPI_STATUS_IGNORE);
@@ -314,6 +336,7 @@ void TriggerProtocol::watch_until_stopped() {
     if (local || remote) run_dump();
     if (last_dump) return;
     if (snapshots_) snapshots_->poll([this] { return dump_waiting(); });
+    poll_leave();
     bool end = false;
     {
       std::lock_guard lock(mutex_);
@@ -339,6 +362,29 @@ void TriggerProtocol::queue_snapshot(const SnapshotWindow& window,
 
 bool TriggerProtocol::drain_snapshots(std::chrono::milliseconds timeout) {
   return !snapshots_ || snapshots_->drain(timeout);
+}
+
+void TriggerProtocol::poll_leave() {
+  const bool newly_gone = leave_->receive_left_messages();
+  bool leaving = false;
+  {
+    std::lock_guard lock(mutex_);
+    leaving = leaving_;
+  }
+  if (leaving) leave_->post();
+  const bool together = leaving && leave_->everyone_left();
+  if (newly_gone || together) {
+    std::lock_guard lock(mutex_);
+    any_gone_ = any_gone_ || newly_gone;
+    left_together_ = left_together_ || together;
+    done_.notify_all();
+  }
+}
+
+std::string TriggerProtocol::gone_ranks_text() const {
+  std::vector<int> gone(leave_->gone().begin(), leave_->gone().end());
+  return fmt::format("{} {} left the job before this dump (ended {} oomflight session without the others)",
+                     gone.size() == 1 ? "rank" : "ranks", rank_ranges(gone), gone.size() == 1 ? "its" : "their");
 }
 
 bool TriggerProtocol::dump_waiting() {
@@ -390,12 +436,16 @@ void TriggerProtocol::send_triggers(std::int64_t batch, DumpKind kind) {
   for (const DoorbellAddress& peer : node_doorbells_) doorbell_.ring(peer);
 }
 
-bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns) {
+bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left) {
   const std::int64_t start = monotonic_ns();
   for (;;) {
     int complete = 0;
     MPI_Test(&request, &complete, MPI_STATUS_IGNORE);
     if (complete) return true;
+    // Only for the vote: a rank whose LEFT message arrives before it voted will never vote (its watcher stopped;
+    // one inside this dump would not have left). Later steps are not given up on this way: a rank that completed
+    // its part and left is not missing from them.
+    if (give_up_when_a_rank_left && leave_->receive_left_messages()) return false;
     const std::int64_t now = monotonic_ns();
     if (now > deadline_ns) return false;
     std::this_thread::sleep_for(poll_pause(now - start));
@@ -521,6 +571,11 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
   keep_safety_copy(h, is_origin, asked);
   const DumpRequest request = with_late_request(asked);
+  leave_->receive_left_messages();
+  if (!leave_->gone().empty()) {
+    // No vote can complete without them: the rank-local files now, not after the deadline.
+    return fall_back(h, is_origin, request, start_ns, gone_ranks_text());
+  }
   Vote mine;
   mine.is_origin = is_origin ? 1 : 0;
   mine.rank = id_.rank;
@@ -546,11 +601,13 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
                  &pending);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
-  if (!wait_for(pending, deadline_ns)) {
+  if (!wait_for(pending, deadline_ns, true)) {
     buffers.release();  // NOLINT: deliberately leaked, see above
     broken_ = true;
     return fall_back(h, is_origin, request, start_ns,
-                     fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text));
+                     leave_->gone().empty()
+                         ? fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text)
+                         : gone_ranks_text());
   }
   log().debug("votes of {} ranks in {}", size, format_seconds(seconds_since(start_ns)));
   std::vector<std::int32_t> origins;
@@ -685,8 +742,10 @@ void TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
     MPI_Request_free(&request);
   }
   if (!is_origin) return;
-  // An origin's error ends the job: give every other rank until the deadline to finish its own file.
-  const int others = id_.world_size - 1;
+  // An origin's error ends the job: give every other rank until the deadline to finish its own file (not those
+  // that left before the dump: they write none).
+  leave_->receive_left_messages();
+  const int others = id_.world_size - 1 - static_cast<int>(leave_->gone().size());
   int done = 0;
   const std::int64_t waiting_since = monotonic_ns();
   while (done < others && monotonic_ns() < deadline_ns) {

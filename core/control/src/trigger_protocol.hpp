@@ -21,6 +21,7 @@
 #include "oomflight/record/recorder.hpp"
 #include "protocol_messages.hpp"
 #include "oomflight/control/snapshot_schedule.hpp"
+#include "leave_agreement.hpp"
 #include "snapshot_writer.hpp"
 #include "oomflight/control/watcher_doorbell.hpp"
 
@@ -49,11 +50,15 @@ class TriggerProtocol {
   /// Waits until every queued snapshot is written or skipped, at most `timeout`. Returns whether they all were.
   bool drain_snapshots(std::chrono::milliseconds timeout);
 
-  /// Stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
+  /// Ends the session. With `leave_together` (a normal end), first the leave agreement (leave_agreement.hpp):
+  /// the watcher keeps answering triggers until every rank has asked to leave, a rank left without it, or
+  /// OOMFLIGHT_DUMP_TIMEOUT. Without it (an error exit, this rank's OOM), or when that wait runs out, every other
+  /// rank is told that this one left, so that a dump asked for later does not wait for it.
+  /// Then stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
   /// A watcher stuck in a dump's MPI call (a stalled or dead rank) is waited for only until that dump's bound,
   /// 3 x OOMFLIGHT_DUMP_TIMEOUT from its start; then it is detached and shutdown() returns false: the object,
   /// its communicator and everything it refers to must then stay alive until the process exits.
-  bool shutdown();
+  bool shutdown(bool leave_together);
 
  private:
   struct Pending {
@@ -64,6 +69,9 @@ class TriggerProtocol {
   // Whether a dump waits for this watcher (its own request, a trigger from another rank, shutdown): a snapshot
   // write yields to it. Watcher thread only.
   bool dump_waiting();
+  // The watcher's part of the leave agreement: LEFT messages, and the barrier once shutdown() asked to leave.
+  void poll_leave();
+  std::string gone_ranks_text() const;
 
   // What a rank knows of a dump on its own (before or without the votes): origins, batch, kind, its header.
   struct LocalView {
@@ -85,7 +93,7 @@ class TriggerProtocol {
   bool await_rung_trigger();
   void run_dump();
   void send_triggers(std::int64_t batch, DumpKind kind);
-  bool wait_for(MPI_Request& request, std::int64_t deadline_ns);
+  bool wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left = false);
   DumpResult agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t deadline_ns,
                              std::int64_t start_ns);
   DumpResult fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t start_ns,
@@ -139,6 +147,10 @@ class TriggerProtocol {
   std::set<int> heard_origins_;  // origins named by trigger messages in this dump
   std::int64_t heard_batch_ = -1;
   DumpKind heard_kind_ = DumpKind::oom;
+  std::unique_ptr<LeaveAgreement> leave_;  // its barrier: watcher only; after the watcher stopped: shutdown()
+  bool leaving_ = false;        // shutdown() asked to leave together (mutex_)
+  bool left_together_ = false;  // every rank asked to leave (mutex_)
+  bool any_gone_ = false;       // a rank left without the agreement (mutex_)
   std::unique_ptr<SnapshotWriter> snapshots_;  // with a schedule: the snapshots, on a communicator of their own
   std::thread watcher_;
 };
