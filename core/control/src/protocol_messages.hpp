@@ -12,7 +12,7 @@ namespace oomflight::protocol {
 
 /// Message tags on the recorder's own duplicated communicator (never the application's).
 inline constexpr int kTagTrigger = 0x00F1;  ///< TriggerMessage: origin -> every other rank
-inline constexpr int kTagDone = 0x00F2;     ///< one int64 epoch: a rank is done with a dump -> origins
+inline constexpr int kTagDone = 0x00F2;     ///< two int64, the epoch and "I failed during it": a rank is done with a dump -> origins
 inline constexpr int kTagLeft = 0x00F3;     ///< one int32: this rank left without the leave agreement -> every rank
 
 /// "Dump now": sent point to point by an origin to every other rank. `epoch` numbers the dumps of this job
@@ -45,7 +45,9 @@ struct Vote {
   /// 1: this rank abandoned a snapshot's write (it yielded to this dump): every rank then stops its snapshots, so
   /// that none waits for a window the others will never write (snapshot_writer.hpp).
   std::int32_t snapshots_broken = 0;
-  std::int32_t unused = 0;
+  /// 1: this rank rejoins as an origin of a joint dump, and the archive it wrote last is the one this dump
+  /// replaces: it names the archive (that name) instead of the lowest origin.
+  std::int32_t replaces_archive = 0;
 
   void row_counts_from(const std::array<std::uint64_t, 11>& counts) {
     std::copy(counts.begin(), counts.end(), row_counts);

@@ -239,10 +239,26 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
     h.batch = batch;
     pending_ = Pending{std::move(h), request, triggers_sent};
     pending_epoch_ = active_ ? epoch_ + 1 : epoch_;
+    // This rank failed during another rank's dump, after its freeze: its DONE message for that dump asks the
+    // dump's origins to stay for the next one, which names them all (the joint dump, docs/protocol.md).
+    if (active_ && request.kind == DumpKind::oom) late_oom_ = true;
     target = pending_epoch_;
     doorbell_.ring();
   }
-  const bool finished = done_.wait_for(lock, 3 * config_.dump_timeout, [&] { return stop_ || epoch_ > target; });
+  const auto give_up = std::chrono::steady_clock::now() + 3 * config_.dump_timeout;
+  bool finished = done_.wait_until(lock, give_up, [&] { return stop_ || epoch_ > target; });
+  if (finished && !stop_ && joint_expected_ && epoch_ == target + 1) {
+    // A rank failed during this rank's dump and asked to join it: its dump follows at once and names this rank as
+    // well, replacing the archive just written. Returning now would end the job before it (the joint dump).
+    const bool started = done_.wait_for(lock, config_.dump_timeout,
+                                        [&] { return stop_ || active_ || epoch_ > target + 1; });
+    if (started) {
+      finished = done_.wait_until(lock, give_up, [&] { return stop_ || epoch_ > target + 1; });
+    } else {
+      joint_expected_ = false;  // it never came (the late rank died): a later dump is not a joint one
+      log().warn("the dump of the rank that failed during this one did not start within OOMFLIGHT_DUMP_TIMEOUT");
+    }
+  }
   if (!finished || epoch_ <= target) {
     DumpResult r;
     r.kind = request.kind;
@@ -472,7 +488,21 @@ void TriggerProtocol::run_dump() {
       pending_.reset();
     }
   }
-  if (!is_origin) {
+  bool rejoin = false;
+  {
+    std::lock_guard lock(mutex_);
+    rejoin = !is_origin && joint_expected_;
+  }
+  if (rejoin) {
+    // The joint dump: this rank was an origin of the dump that a late failure asked to join. It is an origin of
+    // this one too, with the same reason and figures, and its archive replaces the one it just wrote.
+    is_origin = true;
+    request = voted_request_;
+    h = recorder_.freeze(request.device);
+    h.batch = voted_batch_;
+    triggers_sent = true;  // the late origin sent them
+    supersede_path_ = joint_path_;
+  } else if (!is_origin) {
     h = recorder_.freeze();
     // An oom event no dump has reported makes this rank an origin even if its request comes later: two
     // ranks that fail at the same moment are both named, whatever order their messages arrive in.
@@ -508,8 +538,21 @@ void TriggerProtocol::run_dump() {
     // An origin's error ends the job as soon as its call returns: it waits until every rank has removed its
     // safety copy, or a rank torn down first would leave its copy beside the archive.
     std::vector<std::int32_t> origins(result.origin_ranks.begin(), result.origin_ranks.end());
-    exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
+    if (rejoin && result.path != supersede_path_ && !supersede_path_.empty()) {
+      // The joint archive got another name (a lower late origin named it): the first one is superseded.
+      std::error_code ec;
+      std::filesystem::remove(supersede_path_, ec);
+      log().info("{} replaces {} (it names every rank that failed during that dump)", result.path, supersede_path_);
+    }
+    const bool joint = exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
+    std::lock_guard lock(mutex_);
+    joint_expected_ = joint && !rejoin && request.kind == DumpKind::oom;
+    joint_path_ = joint_expected_ ? result.path : std::string();
+  } else {
+    std::lock_guard lock(mutex_);
+    joint_expected_ = false;
   }
+  supersede_path_.clear();
   safety_path_.clear();
   finish(std::move(result));
 }
@@ -571,6 +614,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
   keep_safety_copy(h, is_origin, asked);
   const DumpRequest request = with_late_request(asked);
+  voted_request_ = request;  // a joint dump that follows names this rank with the same words and figures
+  voted_batch_ = h.batch;
   leave_->receive_left_messages();
   if (!leave_->gone().empty()) {
     // No vote can complete without them: the rank-local files now, not after the deadline.
@@ -587,6 +632,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   set_fixed_string(mine.reason, request.reason);
   mine.row_counts_from(DumpExecutor::row_counts(h, &request.state));
   mine.snapshots_broken = snapshots_ && snapshots_->broken() ? 1 : 0;
+  mine.replaces_archive = supersede_path_.empty() ? 0 : 1;
   // A collective given up on may still complete later (a stalled rank resumes) and write into its buffers: they
   // live on the heap and are leaked when the deadline passes.
   struct Buffers {
@@ -638,10 +684,18 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   }
 
   // The lowest origin names the archive (creating its folder) and lays it out; the path travels with the layout.
+  // In a joint dump, the origin whose archive it replaces does, under that archive's name.
+  int namer = lowest.rank;
+  for (const auto& v : votes) {
+    if (v.replaces_archive != 0 && v.is_origin != 0) {
+      namer = v.rank;
+      break;
+    }
+  }
   std::string name;
-  if (id_.rank == lowest.rank) {
+  if (id_.rank == namer) {
     try {
-      name = executor_.archive_path(kind, batch);
+      name = supersede_path_.empty() ? executor_.archive_path(kind, batch) : supersede_path_;
     } catch (const std::exception& e) {
       log().error("{}", e.what());  // an empty name tells every rank to fall back
     }
@@ -654,7 +708,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   try {
     path = executor_.write_collective(
         name, header, row, h, comm_,
-        CollectiveArchive{.root = lowest.rank,
+        CollectiveArchive{.root = namer,
                           .row_counts = row_counts,
                           .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); }},
         &request.state);
@@ -731,17 +785,22 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
   return r;
 }
 
-void TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
+bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
                                     std::int64_t deadline_ns) {
   auto& msg = new_outgoing_message();
   msg[0] = epoch_;
+  {
+    std::lock_guard lock(mutex_);
+    msg[1] = late_oom_ ? 1 : 0;  // this rank failed during the dump: its own follows, and the origins should stay
+  }
   for (int origin : origins) {
     if (origin == id_.rank) continue;
     MPI_Request request;
-    MPI_Isend(msg.data(), 1, MPI_INT64_T, origin, kTagDone, comm_, &request);
+    MPI_Isend(msg.data(), 2, MPI_INT64_T, origin, kTagDone, comm_, &request);
     MPI_Request_free(&request);
   }
-  if (!is_origin) return;
+  if (!is_origin) return false;
+  bool joint = false;
   // An origin's error ends the job: give every other rank until the deadline to finish its own file (not those
   // that left before the dump: they write none).
   leave_->receive_left_messages();
@@ -756,13 +815,21 @@ void TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
       std::this_thread::sleep_for(poll_pause(monotonic_ns() - waiting_since));
       continue;
     }
-    std::int64_t epoch = 0;
-    MPI_Recv(&epoch, 1, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
-    if (epoch == epoch_) ++done;
+    std::array<std::int64_t, 2> done_msg{};
+    MPI_Recv(done_msg.data(), 2, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
+    if (done_msg[0] == epoch_) {
+      ++done;
+      if (done_msg[1] != 0) {
+        joint = true;
+        log().info("rank {} ran out of memory during this dump: staying for its dump, which names both",
+                   status.MPI_SOURCE);
+      }
+    }
   }
   if (done < others) {
     log().warn("{} of {} other ranks reported their rank-local file before the deadline", done, others);
   }
+  return joint;
 }
 
 void TriggerProtocol::finish(DumpResult result) {
@@ -775,6 +842,7 @@ void TriggerProtocol::finish(DumpResult result) {
     awaiting_request_ = false;
     late_request_.reset();
     heard_origins_.clear();
+    late_oom_ = false;
     heard_batch_ = -1;
     heard_kind_ = DumpKind::oom;
   }

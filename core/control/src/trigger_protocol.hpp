@@ -101,7 +101,9 @@ class TriggerProtocol {
   // The request of this rank's failing thread, when it comes within a short wait after the watcher made this rank
   // an origin through its oom event; else `asked` (the request made from the event).
   DumpRequest with_late_request(const DumpRequest& asked);
-  void exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
+  // DONE to the origins, who wait for every rank's. Returns (on an origin) whether a rank said it failed during
+  // this dump (its own dump follows: the joint dump).
+  bool exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
   void finish(DumpResult result);
 
   const Config& config_;
@@ -147,6 +149,15 @@ class TriggerProtocol {
   std::set<int> heard_origins_;  // origins named by trigger messages in this dump
   std::int64_t heard_batch_ = -1;
   DumpKind heard_kind_ = DumpKind::oom;
+  // The joint dump: a rank that fails during another rank's dump, after its freeze, says so in its DONE message;
+  // the origins then stay (their requests do not return) for its dump, which names them too and replaces the
+  // archive they just wrote.
+  bool late_oom_ = false;            // this rank's OOM request came during a dump it was frozen for (mutex_)
+  bool joint_expected_ = false;      // an origin told of a late failure, until the joint dump (mutex_)
+  std::string joint_path_;           // the archive the joint dump replaces (mutex_)
+  std::string supersede_path_;       // ... during the joint dump (watcher)
+  DumpRequest voted_request_;        // this rank's request in its last vote (watcher)
+  std::int64_t voted_batch_ = -1;
   std::unique_ptr<LeaveAgreement> leave_;  // its barrier: watcher only; after the watcher stopped: shutdown()
   bool leaving_ = false;        // shutdown() asked to leave together (mutex_)
   bool left_together_ = false;  // every rank asked to leave (mutex_)
