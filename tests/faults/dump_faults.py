@@ -214,6 +214,7 @@ class DumpFaults(unittest.TestCase):
             self.assertEqual(list(f.attrs["ranks_present"]), ranks)
             self.assertEqual(list(f.attrs["origin_ranks"]), [2])
             self.assertEqual(int(f.attrs["world_size"]), 4)
+            self.assertEqual(int(f.attrs["dump_number"]), 0, "the job's first dump, as every rank's file says")
         report = subprocess.run([CLI, "report", str(merged)], capture_output=True, text=True)
         self.assertEqual(report.returncode, 0, report.stderr)
         self.assertIn(f"ranks present {','.join(map(str, ranks))}", report.stdout)

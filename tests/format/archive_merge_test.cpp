@@ -16,7 +16,8 @@ namespace {
 
 // A rank-local file of `rank` (world size 4): 3 + rank events, each on a stack whose frame line is rank + 1.
 std::string write_rank_file(const std::filesystem::path& dir, int rank, const std::string& run = "merge",
-                            std::optional<std::int64_t> dump_batch = 0) {
+                            std::optional<std::int64_t> dump_batch = 0,
+                            std::optional<std::int64_t> dump_number = std::nullopt) {
   StackTable table;
   const std::string file = fmt::format("rank{}.py", rank);
   const FrameRef frames[] = {{"alloc", file, rank + 1}, {"main", "train.py", 7}};
@@ -45,7 +46,10 @@ std::string write_rank_file(const std::filesystem::path& dir, int rank, const st
   h.world_size = 4;
   h.ranks_present = {rank};
   h.dump_batch = dump_batch;
-  const auto path = (dir / fmt::format("oom.{}.rank{}.h5", dump_batch.value_or(0), rank)).string();
+  h.dump_number = dump_number;
+  const auto path = (dir / fmt::format("oom.{}.{}rank{}.h5", dump_batch.value_or(0),
+                                       dump_number ? fmt::format("{}.", *dump_number) : "", rank))
+                        .string();
   write_archive(path, h, RankDump{.row = row, .events = events, .stacks = &stacks, .batches = {}, .context = {},
                                    .state_segments = {}, .state_blocks = {}});
   return path;
@@ -107,6 +111,18 @@ TEST(ArchiveMerge, RefusesWhatIsNotOneDump) {
   const auto later = write_rank_file(dir.path(), 1, "merge", 7);
   EXPECT_NE(merge_error({r0, later}, out).find("dump_batch '0' against '7'"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// Two dumps of one batch (a signal dump, then an OOM in the same batch): the batch agrees, the dump number does not.
+TEST(ArchiveMerge, RefusesFilesOfTwoDumpsOfOneBatchAndKeepsTheNumber) {
+  test::TempDir dir;
+  const auto out = (dir.path() / "merged.h5").string();
+  const auto r0 = write_rank_file(dir.path(), 0, "merge", 3, 1), r1 = write_rank_file(dir.path(), 1, "merge", 3, 2);
+  EXPECT_NE(merge_error({r0, r1}, out).find("dump_number '1' against '2'"), std::string::npos) << merge_error({r0, r1}, out);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  const auto same = write_rank_file(dir.path(), 1, "merge", 3, 1);
+  EXPECT_EQ(merge_archives({r0, same}, out).dump_number, std::optional<std::int64_t>(1));
+  EXPECT_EQ(read_archive(out).header.dump_number, std::optional<std::int64_t>(1));
 }
 
 TEST(ArchiveMerge, KeepsTheDumpBatchAndReadsFilesWithoutOne) {

@@ -585,6 +585,7 @@ TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, b
   v.kind = heard ? heard_kind_ : request.kind;
   v.header = executor_.header(v.kind, v.batch, is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "",
                               std::move(origins), {id_.rank});
+  v.header.dump_number = epoch_;  // the files of one dump carry one number: merge checks it
   return v;
 }
 
@@ -702,7 +703,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   }
   std::vector<std::int32_t> present(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
-  const ArchiveHeader header = executor_.header(kind, batch, reason, origins, present);
+  ArchiveHeader header = executor_.header(kind, batch, reason, origins, present);
+  header.dump_number = epoch_;
   const RankRow row = executor_.rank_row(h, is_origin, request);
   std::string path;
   try {

@@ -138,6 +138,7 @@ ArchiveFile::ArchiveFile(std::string partial, const ArchiveHeader& header, const
   a.int32("world_size", header.world_size);
   a.int32_array("ranks_present", header.ranks_present);
   if (header.dump_batch) a.int64("dump_batch", *header.dump_batch);
+  if (header.dump_number) a.int64("dump_number", *header.dump_number);
   if (header.window_first_batch >= 0) {
     a.int64("window_first_batch", header.window_first_batch);
     a.int64("window_last_batch", header.window_last_batch);

@@ -122,6 +122,10 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
       require_same(first, a, "dump_batch", std::to_string(*first.header.dump_batch),
                    std::to_string(*a.header.dump_batch));
     }
+    if (first.header.dump_number && a.header.dump_number) {
+      require_same(first, a, "dump_number", std::to_string(*first.header.dump_number),
+                   std::to_string(*a.header.dump_number));
+    }
     for (const RankRow& row : a.ranks) {
       const auto [it, inserted] = by_rank.emplace(row.rank, std::make_pair(&a, &row));
       if (!inserted) {
@@ -148,6 +152,7 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   header.origin_ranks.assign(origins.begin(), origins.end());
   header.world_size = first.header.world_size;
   header.dump_batch = first.header.dump_batch;
+  header.dump_number = first.header.dump_number;
 
   std::vector<LocalRank> ranks;
   ranks.reserve(by_rank.size());

@@ -311,6 +311,7 @@ ArchiveHeader read_header(Reader& r) {
   h.world_size = world.empty() ? 0 : world[0];
   h.ranks_present = r.int_attribute("ranks_present");
   if (H5Aexists(r.file(), "dump_batch") > 0) h.dump_batch = r.int64_attribute("dump_batch");
+  if (H5Aexists(r.file(), "dump_number") > 0) h.dump_number = r.int64_attribute("dump_number");
   if (H5Aexists(r.file(), "snapshot_windows_skipped") > 0) {
     h.snapshot_windows_skipped = r.int64_attribute("snapshot_windows_skipped");
     if (*h.snapshot_windows_skipped < 0) {

@@ -204,6 +204,11 @@ struct ArchiveHeader {
   /// snapshot window's first batch), root attribute `dump_batch` (int64, since 0.2.1). Absent in older files; merge
   /// refuses files of one run and kind whose dump batches differ.
   std::optional<std::int64_t> dump_batch;
+  /// Which of the job's coordinated dumps this file belongs to: every rank counts the dumps it took part in, from 0
+  /// (snapshots are not counted); root attribute `dump_number` (int64, since 0.2.1). Two dumps of one batch (a
+  /// signal dump, then an OOM in the same batch) differ here; merge refuses files whose numbers differ. Absent in
+  /// older files, single-process archives and imports.
+  std::optional<std::int64_t> dump_number;
 };
 
 /// Copies `text` into a fixed NUL-padded field, cutting it if it is too long.
