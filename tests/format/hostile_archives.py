@@ -100,6 +100,8 @@ def main():
         expect_refused(craft(work, "origins-outside-world",
                              set_attr("origin_ranks", np.array([7, -1], dtype="<i4"))), "origin_ranks")
         expect_refused(craft(work, "world-size-zero", set_attr("world_size", np.int32(0))), "world_size")
+        expect_refused(craft(work, "negative-skipped-windows",
+                             set_attr("snapshot_windows_skipped", np.int64(-4))), "snapshot_windows_skipped")
 
         def no_rank_rows(f):
             dtype = f["ranks"].dtype
