@@ -10,6 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 10 sleep
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_snapshot_bench" 100000 10 100
+"$(dirname "$0")/snapshot_pressure.sh" "$build"
 "$(dirname "$0")/decode_vs_python.sh" "$build"
 "$(dirname "$0")/export_vs_python.sh" "$build"
 # The PyTorch tracker with Python contexts against torch's own history, when the torch test environment and the
