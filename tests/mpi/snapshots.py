@@ -288,10 +288,16 @@ class FasterThanWrites(unittest.TestCase):
                 got = int(f.attrs["snapshot_windows_skipped"]) if "snapshot_windows_skipped" in f.attrs else 0
                 self.assertEqual(got, said[window], path.name)
                 self.assertEqual(sorted(f["ranks"]["rank"].tolist()), [0, 1, 2, 3])
-        report = subprocess.run([CLI, "report", str(kept[-1])], capture_output=True, text=True)
+        # The report, text and page, says it for an archive that follows skipped windows.
+        with_skips = [p for p in kept if said[int(p.name.split(".")[1])] > 0] or kept[-1:]
+        page = work / "report.html"
+        report = subprocess.run([CLI, "report", str(with_skips[0]), "--html", str(page)], capture_output=True,
+                                text=True)
         self.assertEqual(report.returncode, 0, report.stderr)
-        if said[int(kept[-1].name.split(".")[1])] > 0:
-            self.assertIn("earlier snapshot window", report.stdout)
+        skipped_here = said[int(with_skips[0].name.split(".")[1])]
+        if skipped_here > 0:
+            self.assertIn(f"skipped: {skipped_here} earlier snapshot window", report.stdout)
+            self.assertIn(f"<dt>skipped</dt><dd>{skipped_here} earlier snapshot window", page.read_text())
 
 
 if __name__ == "__main__":

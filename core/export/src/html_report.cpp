@@ -446,6 +446,11 @@ std::string header_section(const Archive& a, const PostMortem& pm, const std::ve
              "{})</dd>\n",
         h.window_first_batch, h.window_last_batch, h.window_first_batch);
   }
+  if (h.snapshot_windows_skipped.value_or(0) > 0) {
+    put(out, "<dt>skipped</dt><dd>{} earlier snapshot {} (writes were slower than the windows; at most 2 wait per "
+             "rank)</dd>\n",
+        *h.snapshot_windows_skipped, *h.snapshot_windows_skipped == 1 ? "window" : "windows");
+  }
   out += "</dl>\n";
   // Each origin's failure in a few lines, as the text report opens with it.
   for (const auto& s : pm.ranks) {
