@@ -24,7 +24,6 @@ class LeaveAgreement {
 
   /// Posts this rank's part of the barrier (once; later calls do nothing). Watcher thread only.
   void post();
-  bool posted() const { return posted_; }
 
   /// Whether every rank has posted (tests the barrier). Watcher thread only.
   bool everyone_left();

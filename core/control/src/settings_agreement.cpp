@@ -19,8 +19,7 @@ constexpr std::int64_t kUnset = std::numeric_limits<std::int64_t>::min();
 using Values = std::array<std::int64_t, 1 + kAgreed>;
 
 Values values_of(const Config* config) {
-  Values v{};
-  v.fill(0);
+  Values v{};  // all 0: "could not start"
   if (config == nullptr) return v;
   const auto opt = [](const std::optional<std::int64_t>& o) { return o ? *o : kUnset; };
   v[0] = 1;

@@ -26,23 +26,20 @@ bool SnapshotWriter::wants_history(const SnapshotWindow& window) const {
 }
 
 void SnapshotWriter::queue(FrozenHistory history, const SnapshotWindow& window) {
-  std::lock_guard lock(mutex_);
-  if (stopped_ || broken_ || window.index <= skip_through_) return;
-  newest_handed_over_ = std::max(newest_handed_over_, window.index);
-  if (waiting_histories_ >= kMaxWaitingWindows) {
-    waiting_.push_back(Waiting{std::nullopt, window});  // another thread's window took the last place
-    return;
-  }
-  waiting_.push_back(Waiting{std::move(history), window});
-  ++waiting_histories_;
+  hand_over(std::move(history), window);
 }
 
-void SnapshotWriter::queue_skipped(const SnapshotWindow& window) {
+void SnapshotWriter::queue_skipped(const SnapshotWindow& window) { hand_over(std::nullopt, window); }
+
+void SnapshotWriter::hand_over(std::optional<FrozenHistory> history, const SnapshotWindow& window) {
   std::lock_guard lock(mutex_);
   // A window every rank already agreed to skip takes no turn: no rank waits for it.
   if (stopped_ || broken_ || window.index <= skip_through_) return;
   newest_handed_over_ = std::max(newest_handed_over_, window.index);
-  waiting_.push_back(Waiting{std::nullopt, window});
+  // Another thread's window may have taken the last place since wants_history(): then this one is a placeholder.
+  if (history && waiting_histories_ >= kMaxWaitingWindows) history.reset();
+  if (history) ++waiting_histories_;
+  waiting_.push_back(Waiting{std::move(history), window});
 }
 
 std::vector<Event> SnapshotWriter::take_spare_events() {

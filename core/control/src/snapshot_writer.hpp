@@ -97,6 +97,7 @@ class SnapshotWriter {
     SnapshotWindow window;
   };
   bool write(Waiting& w, std::uint64_t skipped_before, const std::function<bool()>& dump_waiting);
+  void hand_over(std::optional<FrozenHistory> history, const SnapshotWindow& window);
 
   const Config& config_;
   const RankIdentity& id_;
