@@ -67,7 +67,9 @@ Command add_import(CLI::App& app) {
     // anywhere into a message (isolate.hpp).
     return run_isolated(fmt::format("import into {}", o->output), [&] {
       try {
-        const ArchiveHeader h = import_torch_snapshots(inputs, o->output, o->import);
+        std::vector<std::string> notes;
+        const ArchiveHeader h = import_torch_snapshots(inputs, o->output, o->import, &notes);
+        for (const auto& note : notes) fmt::print(stderr, "oomflight import: note: {}\n", note);
         fmt::print("{}: run {}, kind {}, ranks {} ({} of {}), origins {}\n", o->output, h.run_name, h.kind,
                    fmt::join(h.ranks_present, ","), h.ranks_present.size(), h.world_size,
                    h.origin_ranks.empty() ? std::string("none") : fmt::format("{}", fmt::join(h.origin_ranks, ",")));

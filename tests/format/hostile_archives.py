@@ -152,6 +152,25 @@ def main():
             f.create_dataset("state_blocks", data=rows)
         expect_refused(craft(work, "state-block-stack", bad_state_block), "/state_blocks row 0", "stack_id 1000000")
 
+        def segment_rows(stack_id, segment_type):
+            dt = np.dtype({"names": ["rank", "device", "address", "total_size", "stream", "is_expandable",
+                                     "segment_type", "stack_id", "segment_pool_id"],
+                           "formats": ["<i4", "<i4", "<u8", "<u8", "<u8", "u1", "u1", "<i4", ("<u8", (2,))],
+                           "offsets": [0, 4, 8, 16, 24, 32, 33, 36, 40], "itemsize": 56})
+            rows = np.zeros(1, dtype=dt)
+            rows["total_size"], rows["stack_id"], rows["segment_type"] = 2 << 20, stack_id, segment_type
+            return rows
+
+        def bad_state_segment_stack(f):
+            f.create_dataset("state_segments", data=segment_rows(1000000, 0))
+        expect_refused(craft(work, "state-segment-stack", bad_state_segment_stack), "/state_segments row 0",
+                       "stack_id 1000000")
+
+        def bad_state_segment_type(f):
+            f.create_dataset("state_segments", data=segment_rows(-1, 7))
+        expect_refused(craft(work, "state-segment-type", bad_state_segment_type), "/state_segments row 0",
+                       "segment_type 7")
+
         def not_finished(f):
             f.attrs["producer"] = np.bytes_(b"oomflight 0.2.0")
         expect_refused(craft(work, "no-complete-mark", not_finished), "incomplete archive")

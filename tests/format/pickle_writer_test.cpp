@@ -1,6 +1,7 @@
 // The pickle writer against the strict reader: every value kind, integers at each encoding's edges, the memo.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -90,6 +91,62 @@ TEST(PickleWriter, DictsListsStringsBooleansTuplesAndTheMemo) {
   const Value* shared = root.get("shared");
   ASSERT_EQ(shared->items.size(), 2u);
   EXPECT_EQ(shared->items[0], shared->items[1]);  // one dict, referred to twice
+}
+
+// write_value gives back what the reader read, kind for kind: a snapshot's top-level fields travel this way.
+TEST(PickleWriter, WriteValueGivesBackEveryKindTheReaderKnows) {
+  Writer w;
+  w.begin_dict();
+  w.key("float");
+  w.floating(0.8);
+  w.key("zero");
+  w.floating(-0.0);
+  w.key("bytes");
+  w.bytes(std::string_view("\x00\xff", 2));
+  w.key("long bytes");
+  w.bytes(std::string(300, 'b'));
+  w.key("none");
+  w.none();
+  w.key("tuple");
+  w.begin_tuple();
+  w.integer(1);
+  w.begin_tuple();
+  w.end_tuple();
+  w.string("three");
+  w.end_tuple();
+  w.key("set");
+  w.begin_set();
+  w.integer(7);
+  w.end_set();
+  w.key("frozenset");
+  w.begin_tuple();
+  w.integer(8);
+  w.end_frozenset();
+  w.key("big");
+  w.unsigned_integer(~std::uint64_t{0});
+  w.end_dict();
+  const Document first = Document::parse(w.finish());
+  Writer again;
+  write_value(again, first.root());
+  const Document second = Document::parse(again.finish());
+  const Value& r = second.root();
+  ASSERT_EQ(r.kind, Kind::dict);
+  EXPECT_EQ(r.get("float")->floating, 0.8);
+  EXPECT_TRUE(std::signbit(r.get("zero")->floating));
+  EXPECT_EQ(r.get("bytes")->kind, Kind::bytes);
+  EXPECT_EQ(r.get("bytes")->text, std::string_view("\x00\xff", 2));
+  EXPECT_EQ(r.get("long bytes")->text.size(), 300u);
+  EXPECT_EQ(r.get("none")->kind, Kind::none);
+  const Value& t = *r.get("tuple");
+  ASSERT_EQ(t.kind, Kind::tuple);
+  ASSERT_EQ(t.items.size(), 3u);
+  EXPECT_EQ(t.items[1]->kind, Kind::tuple);
+  EXPECT_TRUE(t.items[1]->items.empty());
+  EXPECT_EQ(t.items[2]->text, "three");
+  EXPECT_EQ(r.get("set")->kind, Kind::set);
+  EXPECT_EQ(r.get("frozenset")->kind, Kind::frozenset);
+  EXPECT_EQ(r.get("frozenset")->items[0]->integer, 8);
+  EXPECT_TRUE(r.get("big")->above_int64);
 }
 
 TEST(PickleWriter, MisuseIsALogicError) {

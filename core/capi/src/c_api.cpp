@@ -261,14 +261,18 @@ int oomflight_rank(int* rank, int* world_size) {
 
 int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, int32_t stack_id) {
   if (!g_session) return not_initialised("oomflight_record");
+  const bool predates = (action & OOMFLIGHT_RECORD_PREDATES_HISTORY) != 0;
+  action &= ~OOMFLIGHT_RECORD_PREDATES_HISTORY;
   if (action < 0 || action >= OOMFLIGHT_ACTION_COUNT) {
-    return failf(OOMFLIGHT_EINVAL, "oomflight_record: action {} is not an enum oomflight_action", action);
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record: action {} is not an enum oomflight_action (optionally or-ed "
+                 "with OOMFLIGHT_RECORD_PREDATES_HISTORY)", action);
   }
   if (device < 0 || device > INT16_MAX) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_record: device {} is outside 0 .. 32767", device);
   }
   const bool kept = g_session->recorder().record(static_cast<Action>(action), static_cast<std::int16_t>(device),
-                                                 addr, size, stream, stack_id);
+                                                 addr, size, stream, stack_id,
+                                                 predates ? oomflight::kEventPredatesHistory : std::uint8_t{0});
   return kept ? OOMFLIGHT_OK : OOMFLIGHT_EDROPPED;
 }
 

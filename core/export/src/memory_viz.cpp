@@ -5,7 +5,10 @@
 #include <map>
 #include <vector>
 
+#include "oomflight/base/base64.hpp"
+#include "oomflight/format/pickle.hpp"
 #include "oomflight/format/torch_snapshot_writer.hpp"
+#include "oomflight/record/context_log.hpp"
 
 namespace oomflight {
 namespace {
@@ -53,6 +56,54 @@ class ArchiveFrames final : public SnapshotFrameSource {
   const Archive& a_;
 };
 
+// PyTorch's pool for a segment the source did not type: the small pool's segments are exactly kSmallBuffer (2 MiB)
+// and never expandable; a large-pool segment is 20 MiB (kLargeBuffer) or a request of 10 MiB and more rounded up
+// to 2 MiB, so never 2 MiB (c10/cuda/CUDACachingAllocator.cpp, get_allocation_size).
+const char* segment_type_name(SegmentType type, std::uint64_t total_size, bool expandable) {
+  if (type == SegmentType::small) return "small";
+  if (type == SegmentType::large) return "large";
+  return total_size == (std::uint64_t{2} << 20) && !expandable ? "small" : "large";
+}
+
+// What the rank's source snapshot carried besides segments and traces (/context kinds snapshot_field and
+// snapshot_layout), to be written back as it was.
+void take_source_context(const Archive& a, const RankRow& row, TorchSnapshot& snap, MemoryVizNotes& n) {
+  const auto split = [](std::string_view list) {
+    std::vector<std::string> keys;
+    while (!list.empty()) {
+      const auto comma = list.find(',');
+      keys.emplace_back(list.substr(0, comma));
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+    return keys;
+  };
+  for (const ContextRow& c : a.context_of(row.rank)) {
+    const auto kind = static_cast<ContextEntry::Kind>(c.kind);
+    if (kind == ContextEntry::Kind::snapshot_field) {
+      // A damaged file's field is left out (and counted), not a failed export.
+      auto pickled = base64_decode(a.string(c.value));
+      try {
+        if (pickled) (void)pickle::Document::parse(*pickled);
+      } catch (const std::exception&) {
+        pickled.reset();
+      }
+      if (!pickled) {
+        ++n.unreadable_fields;
+        continue;
+      }
+      snap.fields.emplace_back(std::string(a.string(c.key)), std::move(*pickled));
+    } else if (kind == ContextEntry::Kind::snapshot_layout) {
+      const std::string_view what = a.string(c.key);
+      auto keys = split(a.string(c.value));
+      if (what == "trace") snap.omitted_trace_keys = std::move(keys);
+      if (what == "segment") snap.omitted_segment_keys = std::move(keys);
+      if (what == "block") snap.omitted_block_keys = std::move(keys);
+    }
+  }
+  snap.has_time_us = std::find(snap.omitted_trace_keys.begin(), snap.omitted_trace_keys.end(), "time_us") ==
+                     snap.omitted_trace_keys.end();
+}
+
 std::int64_t utc_us(const RankRow& r, std::int64_t t_ns) {
   // Wrapping arithmetic: hostile anchors must not be undefined behaviour.
   const auto utc = static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(r.anchor_monotonic_ns) +
@@ -68,7 +119,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
   MemoryVizNotes& n = notes ? *notes : local;
   n = MemoryVizNotes{};
   TorchSnapshot snap;
-  snap.has_time_us = true;
+  take_source_context(a, row, snap, n);
   // device -> address -> state
   std::map<int, std::map<std::uint64_t, LiveSegment>> segments;
   std::map<int, std::map<std::uint64_t, LiveBlock>> blocks;
@@ -76,15 +127,19 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
     if (e.action == Action::step) continue;
     const int device = e.device < 0 ? 0 : e.device;
     if (static_cast<std::size_t>(device) >= snap.device_traces.size()) snap.device_traces.resize(device + 1);
-    TraceEntry t;
-    t.action = e.action;
-    t.addr = e.addr;
-    t.size = e.size;
-    t.stream = e.stream;
-    t.time_us = utc_us(row, e.t_ns);
-    t.stack_id = e.stack_id;
-    snap.device_traces[static_cast<std::size_t>(device)].push_back(t);
-    ++n.events;
+    // State that predates the history is the end state's (below), not a trace entry: PyTorch's trace starts
+    // with the first event it recorded, and the viewer shows such blocks as there from the start.
+    if ((e.flags & kEventPredatesHistory) == 0) {
+      TraceEntry t;
+      t.action = e.action;
+      t.addr = e.addr;
+      t.size = e.size;
+      t.stream = e.stream;
+      t.time_us = snap.has_time_us ? utc_us(row, e.t_ns) : -1;
+      t.stack_id = e.stack_id;
+      snap.device_traces[static_cast<std::size_t>(device)].push_back(t);
+      ++n.events;
+    }
     auto& segs = segments[device];
     auto& live = blocks[device];
     switch (e.action) {
@@ -129,7 +184,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       out.total_size = s->second.size;
       out.stream = s->second.stream;
       out.is_expandable = s->second.expandable;
-      out.segment_type = s->second.size <= (std::uint64_t{1} << 20) ? "small" : "large";
+      out.segment_type = segment_type_name(SegmentType::unknown, s->second.size, s->second.expandable);
       const std::uint64_t end = s->first + s->second.size;
       std::uint64_t at = s->first;
       for (auto b = live.lower_bound(s->first); b != live.end() && b->first < end; ++b) {
@@ -167,7 +222,10 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       out.total_size = s.total_size;
       out.stream = s.stream;
       out.is_expandable = s.is_expandable != 0;
-      out.segment_type = s.total_size <= (std::uint64_t{1} << 20) ? "small" : "large";
+      out.segment_type = segment_type_name(s.segment_type, s.total_size, out.is_expandable);
+      out.segment_pool_id[0] = s.segment_pool_id[0];
+      out.segment_pool_id[1] = s.segment_pool_id[1];
+      out.stack_id = s.stack_id;
       const std::uint64_t end = s.address + std::min(s.total_size, ~s.address);
       auto b = std::lower_bound(blocks.begin(), blocks.end(), s.address,
                                 [](const StateBlockRow& x, std::uint64_t addr) { return x.address < addr; });

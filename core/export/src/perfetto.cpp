@@ -3,6 +3,7 @@
 #include "oomflight/export/perfetto.hpp"
 
 #include <algorithm>
+#include <vector>
 #include <limits>
 #include <unordered_map>
 
@@ -25,8 +26,12 @@ double us_since(std::int64_t ns, std::int64_t origin_ns) {
   return static_cast<double>(static_cast<std::uint64_t>(ns) - static_cast<std::uint64_t>(origin_ns)) / 1000.0;
 }
 
-// Per rank: the allocated and reserved bytes after each event, from the history (offset so that the last values
-// are the rank's figures at the trigger, never below zero).
+// Per rank: the allocated and reserved bytes after each event, from the history, anchored on the archive's own
+// figures. The history's sums are the requests (an alloc's size), the figures the allocator's (block sizes,
+// segments the history may not hold): they differ by a few KB a batch, and a history that starts mid-job misses
+// what came before. So each batch's counters are shifted to end on that batch's row of /batches (its figures when
+// it ended), the last ones on the rank's figures at the trigger, and a counter at each of those marks states the
+// figures exactly. Never below zero.
 struct Gauge {
   std::int64_t t_ns;
   std::uint64_t allocated, reserved;
@@ -35,11 +40,13 @@ struct Gauge {
 std::vector<Gauge> gauges(const Archive& a, const RankRow& row) {
   // 128-bit sums: a damaged file's sizes are arbitrary, and signed 64-bit overflow would be undefined.
   __extension__ typedef __int128 Wide;
-  std::vector<Gauge> out;
+  struct Raw {
+    std::int64_t t_ns;
+    Wide allocated, reserved;
+  };
+  std::vector<Raw> raw;
   std::unordered_map<std::uint64_t, std::uint64_t> blocks, segments;
-  Wide allocated = 0, reserved = 0, min_allocated = 0, min_reserved = 0;
-  std::vector<std::pair<Wide, Wide>> raw;
-  std::vector<std::int64_t> times;
+  Wide allocated = 0, reserved = 0;
   for (const Event& e : a.events_of(row)) {
     const Wide before_a = allocated, before_r = reserved;
     switch (e.action) {
@@ -66,24 +73,41 @@ std::vector<Gauge> gauges(const Archive& a, const RankRow& row) {
       default: break;
     }
     if (allocated == before_a && reserved == before_r && !raw.empty()) continue;
-    min_allocated = std::min(min_allocated, allocated);
-    min_reserved = std::min(min_reserved, reserved);
-    raw.emplace_back(allocated, reserved);
-    times.push_back(e.t_ns);
+    raw.push_back(Raw{e.t_ns, allocated, reserved});
   }
-  if (raw.empty()) return out;
-  // The history may start mid-job: shift so that the end matches the rank's figures, and never below zero.
-  const auto shift = [](Wide last, Wide lowest, std::uint64_t at_trigger) {
-    return std::max(static_cast<Wide>(at_trigger) - last, -lowest);
+  // The marks, oldest first: every batch that ended (its figures then), and the trigger (the rank's figures).
+  struct Mark {
+    std::int64_t t_ns;
+    std::uint64_t allocated, reserved;
   };
-  const Wide sa = shift(raw.back().first, min_allocated, row.allocated_bytes);
-  const Wide sr = shift(raw.back().second, min_reserved, row.reserved_bytes);
+  std::vector<Mark> marks;
+  for (const BatchRow& b : a.batches_of(row.rank)) {
+    if (b.end_t_ns != 0) marks.push_back(Mark{b.end_t_ns, b.allocated_bytes, b.reserved_bytes});
+  }
+  std::stable_sort(marks.begin(), marks.end(), [](const Mark& x, const Mark& y) { return x.t_ns < y.t_ns; });
+  const std::int64_t last_t = raw.empty() ? row.freeze_t_ns : std::max(raw.back().t_ns, row.freeze_t_ns);
+  while (!marks.empty() && marks.back().t_ns > last_t) marks.pop_back();  // a damaged file's times
+  marks.push_back(Mark{last_t, row.allocated_bytes, row.reserved_bytes});
   const auto clamp = [](Wide v) {
     return v < 0 ? std::uint64_t{0} : v > static_cast<Wide>(~std::uint64_t{0}) ? ~std::uint64_t{0} : static_cast<std::uint64_t>(v);
   };
-  out.reserve(raw.size());
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    out.push_back(Gauge{times[i], clamp(raw[i].first + sa), clamp(raw[i].second + sr)});
+  std::vector<Gauge> out;
+  out.reserve(raw.size() + marks.size());
+  std::size_t i = 0;
+  for (const Mark& m : marks) {
+    // The history's sums at the mark: those of its last event at or before it.
+    const std::size_t first = i;
+    while (i < raw.size() && raw[i].t_ns <= m.t_ns) ++i;
+    if (i == first && out.empty() && raw.empty()) {
+      out.push_back(Gauge{m.t_ns, m.allocated, m.reserved});
+      continue;
+    }
+    const Wide at_a = i > 0 ? raw[i - 1].allocated : 0, at_r = i > 0 ? raw[i - 1].reserved : 0;
+    const Wide shift_a = static_cast<Wide>(m.allocated) - at_a, shift_r = static_cast<Wide>(m.reserved) - at_r;
+    for (std::size_t k = first; k < i; ++k) {
+      out.push_back(Gauge{raw[k].t_ns, clamp(raw[k].allocated + shift_a), clamp(raw[k].reserved + shift_r)});
+    }
+    out.push_back(Gauge{m.t_ns, m.allocated, m.reserved});
   }
   return out;
 }

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "oomflight/record/context_log.hpp"
+
 namespace oomflight {
 
 RankContext rank_context(const Archive& a, int rank) {
@@ -14,6 +16,8 @@ RankContext rank_context(const Archive& a, int rank) {
       if (key == "command_line") out.command = value;
       continue;
     }
+    // An imported snapshot's own fields and layout are for the memory_viz export, not the job's metadata.
+    if (c.kind != static_cast<std::uint8_t>(ContextEntry::Kind::metadata)) continue;
     const auto it = std::find_if(out.metadata.begin(), out.metadata.end(), [&](const auto& m) { return m.first == key; });
     if (it == out.metadata.end()) {
       out.metadata.emplace_back(std::move(key), std::move(value));

@@ -42,8 +42,10 @@ LocalRank localise(const Archive& a, const RankRow& row) {
     }
     e.stack_id = static_cast<std::int32_t>(id - row.stack_offset);
   }
-  const auto state_segments = a.state_segments_of(row.rank);
-  out.state_segments.assign(state_segments.begin(), state_segments.end());
+  for (const StateSegmentRow& seg : a.state_segments_of(row.rank)) {  // the reader checked the ids are this rank's
+    out.state_segments.push_back(seg);
+    if (seg.stack_id != kNoStack) out.state_segments.back().stack_id = static_cast<std::int32_t>(seg.stack_id - row.stack_offset);
+  }
   for (const StateBlockRow& b : a.state_blocks_of(row.rank)) {  // the reader checked the ids are this rank's
     out.state_blocks.push_back(b);
     if (b.stack_id != kNoStack) out.state_blocks.back().stack_id = static_cast<std::int32_t>(b.stack_id - row.stack_offset);

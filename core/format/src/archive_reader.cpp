@@ -10,6 +10,7 @@
 
 #include "h5_handle.hpp"
 #include "h5_types.hpp"
+#include "oomflight/record/context_log.hpp"
 
 namespace oomflight {
 namespace {
@@ -75,6 +76,15 @@ class Reader {
       fail(fmt::format("cannot read root attribute '{}'", name));
     }
     return values;
+  }
+
+  // True when the dataset's rows have exactly `type` (an older layout the reader still converts).
+  bool has_row_type(const char* name, hid_t type) const {
+    if (H5Lexists(file_, name, H5P_DEFAULT) <= 0) return false;
+    auto d = h5::dset(H5Dopen2(file_, name, H5P_DEFAULT));
+    if (!d.valid()) return false;
+    auto file_type = h5::type(H5Dget_type(d));
+    return file_type.valid() && H5Tget_size(file_type) == H5Tget_size(type) && H5Tequal(file_type, type) > 0;
   }
 
   template <typename T>
@@ -182,15 +192,26 @@ void check_consistency(const Archive& a, const Reader& r) {
   check_groups(a.context, "/context");
   check_groups(a.state_segments, "/state_segments");
   check_groups(a.state_blocks, "/state_blocks");
+  // A state row's stack: none, or one of its own rank's stacks (global ids).
+  const auto own_stack = [&a](std::int32_t rank, std::int32_t stack_id) {
+    const RankRow* row = a.rank_row(rank);
+    return stack_id == kNoStack ||
+           (row != nullptr && stack_id >= 0 && static_cast<std::uint64_t>(stack_id) >= row->stack_offset &&
+            static_cast<std::uint64_t>(stack_id) - row->stack_offset < row->stack_count);
+  };
   for (std::size_t i = 0; i < a.state_blocks.size(); ++i) {
     const StateBlockRow& b = a.state_blocks[i];
-    const RankRow* row = a.rank_row(b.rank);
-    const bool stack_ok = b.stack_id == kNoStack ||
-                          (row != nullptr && b.stack_id >= 0 && static_cast<std::uint64_t>(b.stack_id) >= row->stack_offset &&
-                           static_cast<std::uint64_t>(b.stack_id) - row->stack_offset < row->stack_count);
-    if (!stack_ok || static_cast<int>(b.state) >= kBlockStateCount) {
+    if (!own_stack(b.rank, b.stack_id) || static_cast<int>(b.state) >= kBlockStateCount) {
       r.fail(fmt::format("/state_blocks row {}: stack_id {} is outside rank {}'s stacks, or state {} is unknown", i,
                          b.stack_id, b.rank, static_cast<int>(b.state)));
+    }
+  }
+  for (std::size_t i = 0; i < a.state_segments.size(); ++i) {
+    const StateSegmentRow& seg = a.state_segments[i];
+    const auto type = static_cast<int>(seg.segment_type);
+    if (!own_stack(seg.rank, seg.stack_id) || (type > 1 && seg.segment_type != SegmentType::unknown)) {
+      r.fail(fmt::format("/state_segments row {}: stack_id {} is outside rank {}'s stacks, or segment_type {} is unknown",
+                         i, seg.stack_id, seg.rank, type));
     }
   }
   for (std::size_t i = 0; i < a.context.size(); ++i) {
@@ -199,7 +220,7 @@ void check_consistency(const Archive& a, const Reader& r) {
     const auto inside = [&](std::uint32_t id) {
       return row != nullptr && id >= row->string_offset && id - row->string_offset < row->string_count;
     };
-    if (!inside(c.key) || !inside(c.value) || c.kind > 1) {
+    if (!inside(c.key) || !inside(c.value) || c.kind >= ContextEntry::kKindCount) {
       r.fail(fmt::format("/context row {}: key {} or value {} is outside rank {}'s strings, or kind {} is unknown",
                          i, c.key, c.value, c.rank, c.kind));
     }
@@ -348,14 +369,38 @@ Archive read_archive(const std::string& path) {
   a.header = read_header(r);
 
   a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
-  a.events = r.rows<Event>(dataset::events, h5::event_type());
+  {
+    // 0.2.0's events have the same layout without `flags`: read with that type, flags stay 0.
+    const auto v0 = h5::event_type_v0();
+    if (r.has_row_type(dataset::events, v0)) {
+      a.events = r.rows<Event>(dataset::events, v0);
+      // The same layout reads as a raw copy, and the byte under `flags` was padding then: whatever the file held.
+      for (Event& e : a.events) e.flags = 0;
+    } else {
+      a.events = r.rows<Event>(dataset::events, h5::event_type());
+    }
+  }
   a.stacks = r.rows<StackRow>(dataset::stacks, h5::stack_row_type());
   a.stack_frames = r.rows<std::uint32_t>(dataset::stack_frames, H5T_NATIVE_UINT32);
   a.frames = r.rows<FrameRow>(dataset::frames, h5::frame_row_type());
   if (r.has_dataset(dataset::batches)) a.batches = r.rows<BatchRow>(dataset::batches, h5::batch_row_type());
   if (r.has_dataset(dataset::context)) a.context = r.rows<ContextRow>(dataset::context, h5::context_row_type());
   if (r.has_dataset(dataset::state_segments)) {
-    a.state_segments = r.rows<StateSegmentRow>(dataset::state_segments, h5::state_segment_row_type());
+    const auto v0 = h5::state_segment_row_type_v0();
+    if (r.has_row_type(dataset::state_segments, v0)) {  // 0.2.0: no segment_type, frames or pool id
+      for (const StateSegmentRowV0& old : r.rows<StateSegmentRowV0>(dataset::state_segments, v0)) {
+        StateSegmentRow row;
+        row.rank = old.rank;
+        row.device = old.device;
+        row.address = old.address;
+        row.total_size = old.total_size;
+        row.stream = old.stream;
+        row.is_expandable = old.is_expandable;
+        a.state_segments.push_back(row);
+      }
+    } else {
+      a.state_segments = r.rows<StateSegmentRow>(dataset::state_segments, h5::state_segment_row_type());
+    }
   }
   if (r.has_dataset(dataset::state_blocks)) {
     a.state_blocks = r.rows<StateBlockRow>(dataset::state_blocks, h5::state_block_row_type());

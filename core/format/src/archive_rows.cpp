@@ -113,7 +113,10 @@ RankRows global_rows(const RankDump& d, const Counts& at) {
                                  b.oom_events});
   }
   g.state_segments.assign(d.state_segments.begin(), d.state_segments.end());
-  for (auto& seg : g.state_segments) seg.rank = d.row.rank;
+  for (auto& seg : g.state_segments) {
+    seg.rank = d.row.rank;
+    if (seg.stack_id != kNoStack) seg.stack_id += g.event_stack_shift;
+  }
   g.state_blocks.assign(d.state_blocks.begin(), d.state_blocks.end());
   for (auto& b : g.state_blocks) {
     b.rank = d.row.rank;

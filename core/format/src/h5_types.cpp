@@ -30,16 +30,32 @@ Handle batch_row_type() {
   return t;
 }
 
-Handle state_segment_row_type() {
-  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(StateSegmentRow)));
-  H5Tinsert(t, "rank", offsetof(StateSegmentRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t, "device", offsetof(StateSegmentRow, device), H5T_NATIVE_INT32);
-  H5Tinsert(t, "address", offsetof(StateSegmentRow, address), H5T_NATIVE_UINT64);
-  H5Tinsert(t, "total_size", offsetof(StateSegmentRow, total_size), H5T_NATIVE_UINT64);
-  H5Tinsert(t, "stream", offsetof(StateSegmentRow, stream), H5T_NATIVE_UINT64);
-  H5Tinsert(t, "is_expandable", offsetof(StateSegmentRow, is_expandable), H5T_NATIVE_UINT8);
+namespace {
+// The members 0.2.0 wrote, at the same offsets in both layouts (StateSegmentRowV0 is StateSegmentRow's prefix).
+template <typename Row>
+Handle segment_row_type_base() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(Row)));
+  H5Tinsert(t, "rank", offsetof(Row, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t, "device", offsetof(Row, device), H5T_NATIVE_INT32);
+  H5Tinsert(t, "address", offsetof(Row, address), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "total_size", offsetof(Row, total_size), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "stream", offsetof(Row, stream), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "is_expandable", offsetof(Row, is_expandable), H5T_NATIVE_UINT8);
   return t;
 }
+}  // namespace
+
+Handle state_segment_row_type() {
+  Handle t = segment_row_type_base<StateSegmentRow>();
+  H5Tinsert(t, "segment_type", offsetof(StateSegmentRow, segment_type), H5T_NATIVE_UINT8);
+  H5Tinsert(t, "stack_id", offsetof(StateSegmentRow, stack_id), H5T_NATIVE_INT32);
+  const hsize_t two = 2;
+  Handle pool = type(H5Tarray_create2(H5T_NATIVE_UINT64, 1, &two));
+  H5Tinsert(t, "segment_pool_id", offsetof(StateSegmentRow, segment_pool_id), pool);
+  return t;
+}
+
+Handle state_segment_row_type_v0() { return segment_row_type_base<StateSegmentRowV0>(); }
 
 Handle state_block_row_type() {
   Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(StateBlockRow)));
@@ -79,6 +95,12 @@ Handle action_enum_type() {
 }
 
 Handle event_type() {
+  Handle t = event_type_v0();
+  H5Tinsert(t, "flags", offsetof(Event, flags), H5T_NATIVE_UINT8);
+  return t;
+}
+
+Handle event_type_v0() {
   Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(Event)));
   H5Tinsert(t, "t_ns", offsetof(Event, t_ns), H5T_NATIVE_INT64);
   H5Tinsert(t, "addr", offsetof(Event, addr), H5T_NATIVE_UINT64);

@@ -7,15 +7,19 @@ namespace oomflight::h5 {
 
 /// Enumeration over uint8 whose member names are the Action names (alloc, free_requested, ...).
 Handle action_enum_type();
-/// Compound type of Event (48 bytes; the reserved byte is not a member).
+/// Compound type of Event (48 bytes), `flags` included (since 0.2.1).
 Handle event_type();
+/// Event's type as 0.2.0 wrote it: the same layout without `flags` (readers take flags as 0).
+Handle event_type_v0();
 Handle rank_row_type();
 Handle stack_row_type();
 Handle frame_row_type();
 Handle string_row_type();
 Handle batch_row_type();
 Handle context_row_type();
+/// StateSegmentRow (56 bytes) since 0.2.1; state_segment_row_type_v0: StateSegmentRowV0, 0.2.0's 40 bytes.
 Handle state_segment_row_type();
+Handle state_segment_row_type_v0();
 Handle state_block_row_type();
 /// Fixed-length NUL-padded string of `size` bytes (at least 1).
 Handle fixed_string_type(std::size_t size);

@@ -356,7 +356,7 @@ class Parser {
       case 't': push(container(Kind::tuple, pop_mark())); break;               // TUPLE
       case 'l': push(container(Kind::list, pop_mark())); break;                // LIST
       case 'd': push(container(Kind::dict, pop_mark())); break;                // DICT
-      case 0x91: push(container(Kind::set, pop_mark())); break;                // FROZENSET
+      case 0x91: push(container(Kind::frozenset, pop_mark())); break;          // FROZENSET
       case 0x85: case 0x86: case 0x87: {                                       // TUPLE1, TUPLE2, TUPLE3
         const std::size_t n = op - 0x84u;
         std::array<Value*, 3> items{};

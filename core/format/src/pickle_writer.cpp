@@ -1,8 +1,11 @@
 // The pickle writer: opcodes as CPython's Lib/pickletools.py encodes them (little-endian arguments).
 #include "oomflight/format/pickle_writer.hpp"
 
+#include <bit>
 #include <iterator>
 #include <stdexcept>
+
+#include "oomflight/format/pickle.hpp"
 
 namespace oomflight::pickle {
 namespace {
@@ -11,6 +14,17 @@ constexpr char kBinInt = 'J', kBinInt1 = 'K', kBinInt2 = 'M', kLong1 = '\x8a';
 constexpr char kShortBinUnicode = '\x8c', kBinUnicode = 'X';
 constexpr char kEmptyDict = '}', kSetItems = 'u', kEmptyList = ']', kAppends = 'e', kTuple2 = '\x86';
 constexpr char kMemoize = '\x94', kBinGet = 'h', kLongBinGet = 'j';
+constexpr char kBinFloat = 'G', kShortBinBytes = 'C', kBinBytes = 'B', kTuple = 't', kEmptySet = '\x8f',
+               kAddItems = '\x90', kFrozenSet = '\x91';
+
+const char* fmt_close_error(char kind) {
+  switch (kind) {
+    case 'd': return "pickle writer: end_dict without an open dict";
+    case 't': return "pickle writer: end_tuple without an open tuple";
+    case 's': return "pickle writer: end_set without an open set";
+    default: return "pickle writer: end_list without an open list";
+  }
+}
 
 void put_le(std::string& out, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -86,6 +100,26 @@ void Writer::string(std::string_view text) {
 
 void Writer::memoized_string(std::string_view text) { push_memoized(text); }
 
+void Writer::floating(double value) {
+  out_.push_back(kBinFloat);
+  const auto bits = std::bit_cast<std::uint64_t>(value);
+  for (int i = 7; i >= 0; --i) out_.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  if (!items_.empty()) ++items_.back();
+}
+
+void Writer::bytes(std::string_view data) {
+  if (data.size() < 256) {
+    out_.push_back(kShortBinBytes);
+    put_le(out_, data.size(), 1);
+  } else {
+    if (data.size() > UINT32_MAX) throw std::length_error("pickle writer: a bytes object longer than 4 GiB");
+    out_.push_back(kBinBytes);
+    put_le(out_, data.size(), 4);
+  }
+  out_.append(data);
+  if (!items_.empty()) ++items_.back();
+}
+
 void Writer::key(std::string_view text) {
   for (const Recent& r : recent_) {
     if (r.data == text.data() && r.size == text.size()) return get(r.memo);
@@ -106,7 +140,7 @@ std::uint32_t Writer::push_memoized(std::string_view text) {
 
 void Writer::open(char kind) {
   if (!items_.empty()) ++items_.back();  // the container is an item of its parent
-  out_.push_back(kind == 'd' ? kEmptyDict : kEmptyList);
+  if (kind != 't') out_.push_back(kind == 'd' ? kEmptyDict : kind == 's' ? kEmptySet : kEmptyList);
   out_.push_back(kMark);
   open_.push_back(kind);
   items_.push_back(0);
@@ -114,20 +148,31 @@ void Writer::open(char kind) {
 
 void Writer::close(char kind) {
   if (open_.empty() || open_.back() != kind) {
-    throw std::logic_error(kind == 'd' ? "pickle writer: end_dict without an open dict"
-                                       : "pickle writer: end_list without an open list");
+    throw std::logic_error(fmt_close_error(kind));
   }
   const std::size_t n = items_.back();
   if (kind == 'd' && n % 2 != 0) throw std::logic_error("pickle writer: a dict closed with a key and no value");
-  if (n == 0) {
+  if (kind == 't') {
+    out_.push_back(kTuple);  // MARK ... TUPLE, an empty tuple included
+  } else if (n == 0) {
     out_.pop_back();  // the MARK: an empty container needs none
   } else {
-    out_.push_back(kind == 'd' ? kSetItems : kAppends);
+    out_.push_back(kind == 'd' ? kSetItems : kind == 's' ? kAddItems : kAppends);
   }
   open_.pop_back();
   items_.pop_back();
 }
 
+void Writer::begin_tuple() { open('t'); }
+void Writer::end_tuple() { close('t'); }
+void Writer::begin_set() { open('s'); }
+void Writer::end_frozenset() {
+  if (open_.empty() || open_.back() != 't') throw std::logic_error("pickle writer: end_frozenset without a MARK");
+  open_.pop_back();
+  items_.pop_back();
+  out_.push_back(kFrozenSet);
+}
+void Writer::end_set() { close('s'); }
 void Writer::begin_dict() { open('d'); }
 void Writer::end_dict() { close('d'); }
 void Writer::begin_list() { open('l'); }
@@ -165,6 +210,38 @@ std::string Writer::finish() {
   for (Recent& r : recent_) r = Recent{};
   memo_size_ = 0;
   return bytes;
+}
+
+void write_value(Writer& w, const Value& v) {
+  switch (v.kind) {
+    case Kind::none: return w.none();
+    case Kind::boolean: return w.boolean(v.boolean);
+    case Kind::integer:
+      return v.above_int64 ? w.unsigned_integer(static_cast<std::uint64_t>(v.integer)) : w.integer(v.integer);
+    case Kind::floating: return w.floating(v.floating);
+    case Kind::string: return w.string(v.text);
+    case Kind::bytes: return w.bytes(v.text);
+    case Kind::list:
+      w.begin_list();
+      for (const Value* item : v.items) write_value(w, *item);
+      return w.end_list();
+    case Kind::tuple:
+      w.begin_tuple();
+      for (const Value* item : v.items) write_value(w, *item);
+      return w.end_tuple();
+    case Kind::set:
+      w.begin_set();
+      for (const Value* item : v.items) write_value(w, *item);
+      return w.end_set();
+    case Kind::frozenset:
+      w.begin_tuple();  // MARK items FROZENSET
+      for (const Value* item : v.items) write_value(w, *item);
+      return w.end_frozenset();
+    case Kind::dict:
+      w.begin_dict();
+      for (const Value* item : v.items) write_value(w, *item);
+      return w.end_dict();
+  }
 }
 
 }  // namespace oomflight::pickle

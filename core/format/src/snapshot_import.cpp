@@ -7,7 +7,9 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "oomflight/base/base64.hpp"
 #include "oomflight/base/utc_time.hpp"
 #include "oomflight/format/archive_writer.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
@@ -27,6 +29,7 @@ struct ImportedRank {
   std::vector<StateSegmentRow> state_segments;
   std::vector<StateBlockRow> state_blocks;
   std::string reason;
+  std::vector<std::string> notes;
 };
 
 BlockState block_state(const std::string& state) {
@@ -60,11 +63,13 @@ ImportedRank import_one(const SnapshotInput& in) {
     const SnapshotStartState start = snapshot_start_state(snap, device);
     for (const auto& [addr, s] : start.segments) {
       const auto action = s.is_expandable ? Action::segment_map : Action::segment_alloc;
-      r.events.push_back(Event{before_ns, addr, s.size, s.stream, -1, kNoStack, static_cast<std::int16_t>(device), action, 0});
+      r.events.push_back(Event{before_ns, addr, s.size, s.stream, -1, kNoStack, static_cast<std::int16_t>(device), action,
+                                     kEventPredatesHistory});
       reserved += s.size;
     }
     for (const auto& [addr, b] : start.blocks) {
-      r.events.push_back(Event{before_ns, addr, b.size, b.stream, -1, b.stack_id, static_cast<std::int16_t>(device), Action::alloc, 0});
+      r.events.push_back(Event{before_ns, addr, b.size, b.stream, -1, b.stack_id, static_cast<std::int16_t>(device),
+                                     Action::alloc, kEventPredatesHistory});
       allocated += b.size;
     }
   }
@@ -166,6 +171,12 @@ ImportedRank import_one(const SnapshotInput& in) {
     row_seg.total_size = seg.total_size;
     row_seg.stream = seg.stream;
     row_seg.is_expandable = seg.is_expandable ? 1 : 0;
+    row_seg.segment_type = seg.segment_type == "small"   ? SegmentType::small
+                           : seg.segment_type == "large" ? SegmentType::large
+                                                         : SegmentType::unknown;
+    row_seg.stack_id = seg.stack_id;
+    row_seg.segment_pool_id[0] = seg.segment_pool_id[0];
+    row_seg.segment_pool_id[1] = seg.segment_pool_id[1];
     r.state_segments.push_back(row_seg);
     for (const auto& b : seg.blocks) {
       StateBlockRow row_block;
@@ -182,13 +193,30 @@ ImportedRank import_one(const SnapshotInput& in) {
   for (const auto& [key, value] : snap.allocator_settings) {
     r.context.push_back(ContextEntry{ContextEntry::Kind::environment, -1, "allocator_settings." + key, value});
   }
+  // What the export needs to give the snapshot back as it was: its other top-level keys, verbatim, and the optional
+  // keys its entries did not have.
+  for (const auto& [key, pickled] : snap.fields) {
+    r.context.push_back(ContextEntry{ContextEntry::Kind::snapshot_field, -1, key, base64_encode(pickled)});
+  }
+  const auto layout = [&](const char* what, const std::vector<std::string>& omitted) {
+    if (!omitted.empty()) {
+      r.context.push_back(ContextEntry{ContextEntry::Kind::snapshot_layout, -1, what, fmt::format("{}", fmt::join(omitted, ","))});
+    }
+  };
+  layout("trace", snap.omitted_trace_keys);
+  layout("segment", snap.omitted_segment_keys);
+  layout("block", snap.omitted_block_keys);
+  for (const auto& [key, count] : snap.dropped_keys) {
+    r.notes.push_back(fmt::format("{}: {} dicts had the {}, which oomflight does not carry: an export gives them "
+                                  "back without it", in.path, count, key));
+  }
   return r;
 }
 
 }  // namespace
 
 ArchiveHeader import_torch_snapshots(const std::vector<SnapshotInput>& inputs, const std::string& output,
-                                     const ImportOptions& options) {
+                                     const ImportOptions& options, std::vector<std::string>* notes) {
   if (inputs.empty()) throw ArchiveError("import: no snapshot given");
   std::set<int> seen;
   int max_rank = 0;
@@ -219,6 +247,7 @@ ArchiveHeader import_torch_snapshots(const std::vector<SnapshotInput>& inputs, c
   header.world_size = world;
   std::vector<RankDump> dumps;
   for (auto& r : ranks) {
+    if (notes) notes->insert(notes->end(), r.notes.begin(), r.notes.end());
     r.row.device_capacity_bytes = options.device_capacity_bytes;
     for (auto& b : r.batches) b.device_capacity_bytes = options.device_capacity_bytes;
     if (r.row.is_origin) {

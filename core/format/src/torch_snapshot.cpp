@@ -1,10 +1,14 @@
 // Decoding PyTorch snapshot dicts into plain structs.
 #include "oomflight/format/torch_snapshot.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 #include <fmt/format.h>
 #include <unordered_map>
+
+#include "oomflight/format/pickle_writer.hpp"
 
 namespace oomflight {
 namespace {
@@ -41,6 +45,26 @@ class Decoder {
                               max_elements_));
     }
     left_ -= n;
+  }
+
+  // Counts the keys of `dict` that are not in `known` (what this reader carries), under `what` ("trace entry").
+  void note_unknown_keys(const Value& dict, std::initializer_list<std::string_view> known, const char* what) {
+    for (std::size_t i = 0; i + 1 < dict.items.size(); i += 2) {
+      const Value& k = *dict.items[i];
+      if (k.kind == Kind::string && std::find(known.begin(), known.end(), k.text) != known.end()) continue;
+      ++dropped_[fmt::format("{} '{}'", what, k.kind == Kind::string ? k.text : std::string_view("(not a string)"))];
+    }
+  }
+
+  // The first dict of a kind decides which optional keys the source wrote (PyTorch writes them all, or none).
+  static void note_omitted(const Value& dict, std::initializer_list<const char*> optional, std::vector<std::string>& out) {
+    for (const char* key : optional) {
+      if (dict.get(key) == nullptr) out.emplace_back(key);
+    }
+  }
+
+  std::vector<std::pair<std::string, std::size_t>> dropped() const {
+    return {dropped_.begin(), dropped_.end()};
   }
 
   [[noreturn]] static void fail(const Where& where, const std::string& what) {
@@ -110,6 +134,7 @@ class Decoder {
       auto known = frame_ids_.find(f);
       if (known == frame_ids_.end()) {
         if (f->kind != Kind::dict) fail(at, "a frame is not a dict");
+        note_unknown_keys(*f, {"name", "filename", "line"}, "frame");
         const Value* name = f->get("name");
         const Value* file = f->get("filename");
         const Value* line = f->get("line");
@@ -127,8 +152,15 @@ class Decoder {
     return id;
   }
 
-  SnapshotSegment segment(const Value& v, const Where& where) {
+  SnapshotSegment segment(const Value& v, const Where& where, TorchSnapshot& out) {
     dict(v, where);
+    if (first_segment_) {
+      note_omitted(v, {"allocated_size", "active_size", "requested_size", "stream", "segment_type", "segment_pool_id",
+                       "is_expandable"}, out.omitted_segment_keys);
+      first_segment_ = false;
+    }
+    note_unknown_keys(v, {"device", "address", "total_size", "allocated_size", "active_size", "requested_size", "stream",
+                          "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"}, "segment");
     SnapshotSegment s;
     s.device = static_cast<int>(integer(v, "device", where));
     s.address = bytes(v, "address", where);
@@ -138,6 +170,12 @@ class Decoder {
     s.stream = optional_bytes(v, "stream", 0, where);
     if (const Value* t = v.get("segment_type"); t && t->kind == Kind::string) s.segment_type = std::string(t->text);
     if (const Value* e = v.get("is_expandable"); e && e->kind == Kind::boolean) s.is_expandable = e->boolean;
+    if (const Value* p = v.get("segment_pool_id"); p && (p->kind == Kind::tuple || p->kind == Kind::list)) {
+      for (std::size_t i = 0; i < 2 && i < p->items.size(); ++i) {
+        if (p->items[i]->kind == Kind::integer) s.segment_pool_id[i] = static_cast<std::uint64_t>(p->items[i]->integer);
+      }
+    }
+    s.stack_id = stack(v, where);
     const Where blocks_at{&where, ".blocks"};
     const Value& blocks = list(field(v, "blocks", where), blocks_at);
     charge(blocks.items.size(), blocks_at);
@@ -145,6 +183,11 @@ class Decoder {
     for (std::size_t i = 0; i < blocks.items.size(); ++i) {
       const Where bw{&where, ".blocks", i};
       const Value& b = dict(*blocks.items[i], bw);
+      if (first_block_) {
+        note_omitted(b, {"address", "requested_size"}, out.omitted_block_keys);
+        first_block_ = false;
+      }
+      note_unknown_keys(b, {"address", "size", "requested_size", "state", "frames"}, "block");
       SnapshotBlock block;
       block.size = bytes(b, "size", bw);
       block.address = optional_bytes(b, "address", next, bw);
@@ -164,6 +207,11 @@ class Decoder {
     for (std::size_t i = 0; i < v.items.size(); ++i) {
       const Where ew{&where, "", i};
       const Value& e = dict(*v.items[i], ew);
+      if (first_entry_) {
+        note_omitted(e, {"stream", "time_us"}, out.omitted_trace_keys);
+        first_entry_ = false;
+      }
+      note_unknown_keys(e, {"action", "addr", "device_free", "size", "stream", "time_us", "frames"}, "trace entry");
       const auto action = action_from_name(text(e, "action", ew));
       if (!action || *action == Action::step) {
         ++out.skipped_unknown_actions;
@@ -217,6 +265,8 @@ class Decoder {
   std::unordered_map<std::string, std::int32_t, BytesHash, std::equal_to<>> by_frames_;  // frame dicts -> stack
   std::unordered_map<const Value*, std::uint32_t> frame_ids_;  // frame dict -> frame id
   std::vector<std::uint32_t> ids_;
+  std::map<std::string, std::size_t> dropped_;  // "trace entry 'user_metadata'" -> dicts that had it
+  bool first_segment_ = true, first_block_ = true, first_entry_ = true;
 };
 
 }  // namespace
@@ -274,13 +324,25 @@ TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& sta
   const Value& segments = Decoder::list(Decoder::field(root, "segments", snapshot), segments_at);
   d.charge(segments.items.size(), segments_at);
   for (std::size_t i = 0; i < segments.items.size(); ++i) {
-    out.segments.push_back(d.segment(*segments.items[i], Where{nullptr, "segments", i}));
+    out.segments.push_back(d.segment(*segments.items[i], Where{nullptr, "segments", i}, out));
   }
   const Where traces_at{nullptr, "device_traces"};
   const Value& traces = Decoder::list(Decoder::field(root, "device_traces", snapshot), traces_at);
   for (std::size_t i = 0; i < traces.items.size(); ++i) {
     out.device_traces.push_back(d.trace(*traces.items[i], Where{nullptr, "device_traces", i}, out));
   }
+  for (std::size_t i = 0; i + 1 < root.items.size(); i += 2) {
+    const Value& key = *root.items[i];
+    if (key.kind != Kind::string) {
+      out.dropped_keys.emplace_back("snapshot key that is not a string", 1);
+      continue;
+    }
+    if (key.text == "segments" || key.text == "device_traces") continue;
+    pickle::Writer w;
+    pickle::write_value(w, *root.items[i + 1]);
+    out.fields.emplace_back(std::string(key.text), w.finish());
+  }
+  for (auto& dropped : d.dropped()) out.dropped_keys.push_back(std::move(dropped));
   if (const Value* settings = root.get("allocator_settings")) {
     out.has_allocator_settings = true;
     if (settings->kind == Kind::dict) {

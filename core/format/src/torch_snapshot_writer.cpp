@@ -1,9 +1,11 @@
 // The snapshot writer: TorchSnapshot -> the dict PyTorch's `_snapshot()` returns, pickled.
 #include "oomflight/format/torch_snapshot_writer.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
+#include "oomflight/format/pickle.hpp"
 #include "oomflight/format/pickle_writer.hpp"
 
 namespace oomflight {
@@ -56,7 +58,19 @@ class FramesWriter {
   std::unordered_map<std::int32_t, std::uint32_t> stacks_;   // stack id -> memo index
 };
 
-void write_segment(pickle::Writer& w, FramesWriter& frames, const SnapshotSegment& s) {
+// The optional keys a source left out (TorchSnapshot::omitted_*_keys), looked up per dict written.
+struct Omitted {
+  explicit Omitted(const std::vector<std::string>& keys) : keys_(keys) {}
+  bool operator()(std::string_view key) const {
+    return !keys_.empty() && std::find(keys_.begin(), keys_.end(), key) != keys_.end();
+  }
+
+ private:
+  const std::vector<std::string>& keys_;
+};
+
+void write_segment(pickle::Writer& w, FramesWriter& frames, const SnapshotSegment& s, const Omitted& omitted_segment,
+                   const Omitted& omitted_block) {
   std::uint64_t allocated = 0, active = 0, requested = 0;
   for (const auto& b : s.blocks) {
     if (b.state == "active_allocated") {
@@ -72,45 +86,53 @@ void write_segment(pickle::Writer& w, FramesWriter& frames, const SnapshotSegmen
   w.unsigned_integer(s.address);
   w.key("total_size");
   w.unsigned_integer(s.total_size);
-  w.key("allocated_size");
-  w.unsigned_integer(allocated);
-  w.key("active_size");
-  w.unsigned_integer(active);
-  w.key("requested_size");
-  w.unsigned_integer(requested);
-  w.key("stream");
-  w.unsigned_integer(s.stream);
-  w.key("segment_type");
-  w.memoized_string(s.segment_type.empty() ? "large" : s.segment_type);
-  w.key("segment_pool_id");
-  w.integer(0);
-  w.integer(0);
-  w.tuple2();
-  w.key("is_expandable");
-  w.boolean(s.is_expandable);
-  w.key("frames");
-  frames.write(kNoStack);
+  const auto optional = [&](const char* key, auto write) {
+    if (omitted_segment(key)) return;
+    w.key(key);
+    write();
+  };
+  optional("allocated_size", [&] { w.unsigned_integer(allocated); });
+  optional("active_size", [&] { w.unsigned_integer(active); });
+  optional("requested_size", [&] { w.unsigned_integer(requested); });
+  optional("stream", [&] { w.unsigned_integer(s.stream); });
+  optional("segment_type", [&] { w.memoized_string(s.segment_type.empty() ? "large" : s.segment_type); });
+  optional("segment_pool_id", [&] {
+    w.unsigned_integer(s.segment_pool_id[0]);
+    w.unsigned_integer(s.segment_pool_id[1]);
+    w.tuple2();
+  });
+  optional("is_expandable", [&] { w.boolean(s.is_expandable); });
+  if (s.stack_id != kNoStack) {
+    w.key("frames");
+    frames.write(s.stack_id);
+  }
   w.key("blocks");
   w.begin_list();
   for (const auto& b : s.blocks) {
     w.begin_dict();
-    w.key("address");
-    w.unsigned_integer(b.address);
+    if (!omitted_block("address")) {
+      w.key("address");
+      w.unsigned_integer(b.address);
+    }
     w.key("size");
     w.unsigned_integer(b.size);
-    w.key("requested_size");
-    w.unsigned_integer(b.requested_size);
+    if (!omitted_block("requested_size")) {
+      w.key("requested_size");
+      w.unsigned_integer(b.requested_size);
+    }
     w.key("state");
     w.memoized_string(b.state);
-    w.key("frames");
-    frames.write(b.stack_id);
+    if (b.stack_id != kNoStack) {
+      w.key("frames");
+      frames.write(b.stack_id);
+    }
     w.end_dict();
   }
   w.end_list();
   w.end_dict();
 }
 
-void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e) {
+void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e, bool with_stream) {
   w.begin_dict();
   w.key("action");
   w.key(action_name(e.action));  // static storage: found by address
@@ -118,14 +140,18 @@ void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e) {
   w.unsigned_integer(e.addr);
   w.key("size");
   w.unsigned_integer(e.size);
-  w.key("stream");
-  w.unsigned_integer(e.stream);
+  if (with_stream) {
+    w.key("stream");
+    w.unsigned_integer(e.stream);
+  }
   if (e.time_us >= 0) {
     w.key("time_us");
     w.integer(e.time_us);
   }
-  w.key("frames");
-  frames.write(e.stack_id);
+  if (e.stack_id != kNoStack) {
+    w.key("frames");
+    frames.write(e.stack_id);
+  }
   w.end_dict();
 }
 
@@ -140,16 +166,24 @@ std::string write_torch_snapshot(const TorchSnapshot& snapshot, const SnapshotFr
   w.begin_dict();
   w.key("segments");
   w.begin_list();
-  for (const auto& s : snapshot.segments) write_segment(w, frames, s);
+  const Omitted omitted_segment(snapshot.omitted_segment_keys), omitted_block(snapshot.omitted_block_keys);
+  for (const auto& s : snapshot.segments) write_segment(w, frames, s, omitted_segment, omitted_block);
   w.end_list();
   w.key("device_traces");
   w.begin_list();
+  const bool with_stream = !Omitted(snapshot.omitted_trace_keys)("stream");
   for (const auto& trace : snapshot.device_traces) {
     w.begin_list();
-    for (const auto& e : trace) write_entry(w, frames, e);
+    for (const auto& e : trace) write_entry(w, frames, e, with_stream);
     w.end_list();
   }
   w.end_list();
+  for (const auto& [key, pickled] : snapshot.fields) {
+    if (key == "segments" || key == "device_traces") continue;
+    const auto value = pickle::Document::parse(pickled);
+    w.string(key);
+    pickle::write_value(w, value.root());
+  }
   w.end_dict();
   return w.finish();
 }

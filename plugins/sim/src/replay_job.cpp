@@ -28,9 +28,11 @@ class CApiSink final : public EventSink {
   void event(Action action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
              std::int32_t stack_id) override {
     const bool known = stack_id >= 0 && static_cast<std::size_t>(stack_id) < stack_ids_.size();
-    oomflight_record(static_cast<int>(action), device_, addr, size, stream,
-                     known ? stack_ids_[static_cast<std::size_t>(stack_id)] : -1);
+    oomflight_record(static_cast<int>(action) | (predating_ ? OOMFLIGHT_RECORD_PREDATES_HISTORY : 0), device_, addr,
+                     size, stream, known ? stack_ids_[static_cast<std::size_t>(stack_id)] : -1);
   }
+  /// While set, events stand for the allocator state that predates the trace (the start state).
+  void set_predating(bool predating) { predating_ = predating; }
   void memory(const MemoryStats& s) override {
     oomflight_memory m = OOMFLIGHT_MEMORY_INIT;
     m.allocated_bytes = s.allocated_bytes;
@@ -50,6 +52,7 @@ class CApiSink final : public EventSink {
  private:
   std::vector<std::int32_t> stack_ids_;
   int device_;
+  bool predating_ = false;
 };
 
 // Interns every stack the snapshot decoder found through the C API; returns the new id of each old one.
@@ -165,8 +168,11 @@ int run_replay_job(const ReplayOptions& o) {
     oomflight_set_metadata(("allocator_settings." + key).c_str(), value.c_str());
   }
   // The blocks and segments that predate the trace are recorded first, before batch 0 (batch -1), so that the
-  // archive holds the whole allocator state and not only what the trace touched.
+  // archive holds the whole allocator state and not only what the trace touched. They are flagged as predating the
+  // history: the trace's own entries start after them, as in the snapshot.
+  sink->set_predating(true);
   device->emit_start_state(*sink);
+  sink->set_predating(false);
   if (device->start_released_bytes() != 0) {
     const std::string note = fmt::format("released {} of cached segments at the trace's start to fit {}",
                                          format_bytes(device->start_released_bytes()), format_bytes(capacity));

@@ -216,11 +216,18 @@ OOMFLIGHT_API int oomflight_init_settings(const char* const* names, const char* 
  *  Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_rank(int* rank, int* world_size);
 
-/** Records one event stamped now (CLOCK_MONOTONIC) with the current batch. action: enum oomflight_action;
+/** Or-ed into oomflight_record's action (since 0.2.1): the event stands for allocator state that existed before
+ *  recording began (a segment or block already there when the history starts, e.g. a replay's start state). It is
+ *  counted like any event, and the memory_viz export shows it in the end state instead of as a trace entry, as
+ *  PyTorch's own snapshot would. The archive's events carry it as flags bit 1. */
+#define OOMFLIGHT_RECORD_PREDATES_HISTORY 0x100
+
+/** Records one event stamped now (CLOCK_MONOTONIC) with the current batch. action: enum oomflight_action,
+ *  optionally or-ed with OOMFLIGHT_RECORD_PREDATES_HISTORY;
  *  device: ordinal (0 .. 32767); addr: device address (for OOMFLIGHT_OOM: device free bytes); size: bytes (for
  *  OOMFLIGHT_OOM: the requested bytes); stream: the stream handle as an integer; stack_id: from
  *  oomflight_intern_stack, -1 for none, or a deferred id (<= -2) for the registered stack resolver. Wait-free: no allocation, lock or system call.
- *  Returns OOMFLIGHT_OK, OOMFLIGHT_EDROPPED, OOMFLIGHT_EINVAL (bad action or device) or OOMFLIGHT_ESTATE. */
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EDROPPED, OOMFLIGHT_EINVAL (bad action, flag or device) or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                    int32_t stack_id);
 

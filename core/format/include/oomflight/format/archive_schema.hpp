@@ -138,7 +138,8 @@ struct BatchRow {
 };
 
 /// One row of /context: a key/value pair of a rank's context (ContextEntry): its environment (kind 0), captured at
-/// start, or metadata the job set (kind 1) at `batch`. key and value are rows of /strings, inside the rank's own
+/// start, metadata the job set (kind 1) at `batch`, or what an imported PyTorch snapshot carried besides its
+/// segments and traces (kinds 2 and 3, see ContextEntry::Kind), written back by the memory_viz export. key and value are rows of /strings, inside the rank's own
 /// strings. Rows are grouped by rank in the order of /ranks. Optional: no /context reads as no rows.
 struct ContextRow {
   std::int32_t rank = 0;
@@ -154,10 +155,18 @@ struct ContextRow {
 enum class BlockState : std::uint8_t { active_allocated = 0, active_pending_free = 1, inactive = 2 };
 inline constexpr int kBlockStateCount = 3;
 
+/// Which of PyTorch's two pools a segment belongs to (its `segment_type`: the small pool holds blocks of 1 MiB and
+/// less in 2 MiB segments, the large pool the rest; c10/cuda/CUDACachingAllocator.cpp). unknown: the source did
+/// not say (an archive of 0.2.0, or a live job's state): readers then apply PyTorch's sizing rule (a segment of
+/// exactly 2 MiB that is not expandable is small).
+enum class SegmentType : std::uint8_t { large = 0, small = 1, unknown = 255 };
+
 /// One row of /state_segments: a segment of a rank's allocator state at the freeze, as the source gave it (an
 /// import: the snapshot's `segments`). Its blocks are the rank's /state_blocks rows inside [address, address +
-/// total_size), in address order. Rows are grouped by rank in the order of /ranks. Optional: an archive whose
-/// source gave no state has no rows for the rank (readers then rebuild the state from /events).
+/// total_size), in address order. Rows are grouped by rank in the order of /ranks, each rank's in the source's
+/// order. Optional: an archive whose source gave no state has no rows for the rank (readers then rebuild the
+/// state from /events). 56 bytes; archives of 0.2.0 hold the first six members only (40-byte rows), which
+/// readers take as segment_type unknown, stack_id -1 and pool (0, 0).
 struct StateSegmentRow {
   std::int32_t rank = 0;
   std::int32_t device = 0;
@@ -165,7 +174,23 @@ struct StateSegmentRow {
   std::uint64_t total_size = 0;       ///< bytes
   std::uint64_t stream = 0;
   std::uint8_t is_expandable = 0;
-  std::uint8_t reserved[7] = {};      ///< padding, not a member of the HDF5 type
+  SegmentType segment_type = SegmentType::unknown;  ///< since 0.2.1
+  std::uint8_t reserved[2] = {};      ///< padding, not a member of the HDF5 type
+  std::int32_t stack_id = kNoStack;   ///< the segment's `frames` (where it was cudaMalloc'd): a global id, as in
+                                      ///< /events; -1: none (no `frames` key). Since 0.2.1
+  std::uint64_t segment_pool_id[2] = {};  ///< PyTorch's `segment_pool_id` (a CUDA graph's memory pool; (0, 0):
+                                          ///< the default pools). Since 0.2.1
+};
+
+/// A segment row as 0.2.0 wrote it: the first 40 bytes of StateSegmentRow. Readers convert it.
+struct StateSegmentRowV0 {
+  std::int32_t rank = 0;
+  std::int32_t device = 0;
+  std::uint64_t address = 0;
+  std::uint64_t total_size = 0;
+  std::uint64_t stream = 0;
+  std::uint8_t is_expandable = 0;
+  std::uint8_t reserved[7] = {};
 };
 
 /// One row of /state_blocks: a block of a rank's allocator state at the freeze, with PyTorch's sizes (`size` the

@@ -22,7 +22,7 @@ struct PickleError : std::runtime_error {
   std::uint64_t offset;
 };
 
-enum class Kind : std::uint8_t { none, boolean, integer, floating, string, bytes, list, tuple, dict, set };
+enum class Kind : std::uint8_t { none, boolean, integer, floating, string, bytes, list, tuple, dict, set, frozenset };
 
 struct Value;
 

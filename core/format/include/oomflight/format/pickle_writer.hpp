@@ -39,11 +39,21 @@ class OOMFLIGHT_API Writer {
   /// address would be taken for it.
   void key(std::string_view text);
 
+  /// A float (BINFLOAT: the double's 8 bytes, big-endian, exact).
+  void floating(double value);
+  /// A bytes object (SHORT_BINBYTES or BINBYTES).
+  void bytes(std::string_view data);
+
   void begin_dict();  ///< EMPTY_DICT MARK
   void end_dict();    ///< SETITEMS (nothing when empty)
   void begin_list();  ///< EMPTY_LIST MARK
   void end_list();    ///< APPENDS (nothing when empty)
   void tuple2();      ///< TUPLE2 of the two values written last
+  void begin_tuple(); ///< MARK
+  void end_tuple();   ///< TUPLE of the items since the MARK (an empty tuple too)
+  void begin_set();   ///< EMPTY_SET MARK
+  void end_set();     ///< ADDITEMS (nothing when empty)
+  void end_frozenset();  ///< FROZENSET of the items since begin_tuple's MARK
 
   /// Memoizes the value written last (MEMOIZE) and returns its memo index, for `get`.
   std::uint32_t memoize();
@@ -80,5 +90,12 @@ class OOMFLIGHT_API Writer {
   Recent recent_[16];
   std::size_t recent_next_ = 0;
 };
+
+struct Value;
+
+/// Writes a value of the strict reader (pickle.hpp) as it was: every kind, containers element by element, with no
+/// memo (a shared sub-value is written once per place it appears; the reader's limits bound the result). Recursive:
+/// the value's depth is at most the reader's max_depth. Throws std::length_error for a string over 4 GiB.
+OOMFLIGHT_API void write_value(Writer& w, const Value& value);
 
 }  // namespace oomflight::pickle

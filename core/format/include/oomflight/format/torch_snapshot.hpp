@@ -23,7 +23,8 @@ struct SnapshotError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// One entry of a device trace. Bytes; time_us is -1 when the snapshot has none (older PyTorch).
+/// One entry of a device trace. Bytes; time_us is -1 when the snapshot has none (older PyTorch); stack_id is
+/// kNoStack when the entry has no `frames` key (PyTorch writes none for an entry recorded without context).
 struct TraceEntry {
   Action action = Action::alloc;
   std::uint64_t addr = 0;
@@ -54,6 +55,8 @@ struct SnapshotSegment {
   std::uint64_t stream = 0;
   std::string segment_type;  ///< "large" or "small"
   bool is_expandable = false;
+  std::uint64_t segment_pool_id[2] = {};  ///< a CUDA graph's private pool; (0, 0): the default pools
+  std::int32_t stack_id = kNoStack;       ///< the segment's `frames`; kNoStack when it has no such key
   std::vector<SnapshotBlock> blocks;
 };
 
@@ -68,6 +71,19 @@ struct TorchSnapshot {
   std::vector<std::pair<std::string, std::string>> allocator_settings;
   bool has_time_us = false;
   std::size_t skipped_unknown_actions = 0;  ///< trace entries with an action this version does not know
+  /// Every top-level key other than `segments` and `device_traces` (`allocator_settings`,
+  /// `external_annotations`, any newer one), in the snapshot's order, its value pickled as it was
+  /// (pickle::write_value): the memory_viz writer writes them back verbatim.
+  std::vector<std::pair<std::string, std::string>> fields;
+  /// The optional keys the snapshot's first trace entry, segment and block did not have (PyTorch writes them all
+  /// or none, by version: "time_us" before 2.1, a block's "address" and "requested_size" before 2.0), which the
+  /// writer leaves out too. A trace entry's optional keys: "stream", "time_us"; a segment's: "allocated_size",
+  /// "active_size", "requested_size", "stream", "segment_type", "segment_pool_id", "is_expandable"; a block's:
+  /// "address", "requested_size".
+  std::vector<std::string> omitted_trace_keys, omitted_segment_keys, omitted_block_keys;
+  /// Keys this reader does not carry, each with how many dicts had it ("trace entry 'user_metadata'" -> 12): an
+  /// export of the import gives those dicts back without them.
+  std::vector<std::pair<std::string, std::size_t>> dropped_keys;
 };
 
 /// A segment or block of the allocator's state at a trace's start (snapshot_start_state).

@@ -38,12 +38,16 @@ class OOMFLIGHT_API StackTableFrames final : public SnapshotFrameSource {
 };
 
 /// Pickles `snapshot` (protocol 4) and returns the bytes. Written per segment: device, address, total_size,
-/// allocated_size, active_size, requested_size (sums over its blocks by state), stream, segment_type,
-/// segment_pool_id (0, 0), is_expandable, frames ([]) and blocks (address, size, requested_size, state,
-/// frames), blocks in the order given (they must tile the segment: readers compute addresses from sizes).
-/// device_traces: one list per device, entries with action, addr (an oom's is written as device_free, as
-/// PyTorch does), size, stream, frames, and time_us when >= 0. Pure; thread-safe for distinct arguments.
-/// Throws std::length_error only for a string over 4 GiB.
+/// allocated_size, active_size, requested_size (sums over its blocks by state, as PyTorch sums them), stream,
+/// segment_type, segment_pool_id (a tuple), is_expandable, frames (when its stack_id is not kNoStack) and blocks
+/// (address, size, requested_size, state, frames when the block has a stack), blocks in the order given (they must
+/// tile the segment: readers compute addresses from sizes). device_traces: one list per device, entries with
+/// action, addr (an oom's is written as device_free, as PyTorch does), size, stream, time_us when >= 0, and frames
+/// when the entry has a stack (PyTorch writes none for an entry recorded without context). The keys listed in
+/// snapshot.omitted_*_keys are left out; snapshot.fields are written as top-level keys, their pickled values
+/// re-read with the strict reader and written as they were (pickle::write_value). Pure; thread-safe for distinct
+/// arguments. Throws std::length_error only for a string over 4 GiB, pickle::PickleError for a field that is not a
+/// pickle.
 OOMFLIGHT_API std::string write_torch_snapshot(const TorchSnapshot& snapshot, const SnapshotFrameSource& frames);
 
 }  // namespace oomflight

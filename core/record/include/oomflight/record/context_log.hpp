@@ -17,7 +17,16 @@ namespace oomflight {
 
 /// One key/value pair of a rank's context.
 struct ContextEntry {
-  enum class Kind : std::uint8_t { environment = 0, metadata = 1 };
+  /// environment: captured at start; metadata: set by the job. The other two describe a PyTorch snapshot the rank
+  /// was imported from, so that the memory_viz export gives it back as it was:
+  /// - snapshot_field: a top-level key of the snapshot other than `segments` and `device_traces` (PyTorch's
+  ///   `allocator_settings`, `external_annotations`, any newer one); the value is that key's value pickled
+  ///   (protocol 4, a whole pickle) in base64 (the string table holds text): `pickle.loads(base64.b64decode(v))`;
+  /// - snapshot_layout: key "trace", "segment" or "block"; the value lists, comma-separated, the optional keys
+  ///   that the snapshot's entries of that kind did not have ("time_us": older PyTorch), which the export then
+  ///   leaves out too.
+  enum class Kind : std::uint8_t { environment = 0, metadata = 1, snapshot_field = 2, snapshot_layout = 3 };
+  static constexpr int kKindCount = 4;
   Kind kind = Kind::metadata;
   std::int64_t batch = -1;  ///< the batch at which it was set (-1: before the first batch)
   std::string key;

@@ -37,10 +37,19 @@ OOMFLIGHT_API std::string_view action_name(Action action);
 /// Parses an action name (exact, lower case). Returns nothing for an unknown name.
 OOMFLIGHT_API std::optional<Action> action_from_name(std::string_view name);
 
-/// A stack id meaning "no stack was captured".
+/// A stack id meaning "no stack was captured". Exports write no `frames` key for it, as PyTorch writes none for a
+/// trace entry or block recorded without context (torch/csrc/cuda/memory_snapshot.cpp); an empty stack (interned
+/// with no frames) is written as `frames: []`.
 inline constexpr std::int32_t kNoStack = -1;
 
-/// One memory event. 48 bytes, trivially copyable, no padding holes but `reserved`.
+/// Event::flags bits (schema v1, archive member `flags`, since 0.2.1; absent in older files, read as 0).
+/// The event stands for allocator state that existed before recording began (a segment or block already there when
+/// the history starts: an imported snapshot's blocks that predate its trace, a replay's start state). Analyses count
+/// it like any event; the memory_viz export leaves it out of `device_traces` and shows it in the end state only,
+/// as PyTorch's own snapshot does.
+inline constexpr std::uint8_t kEventPredatesHistory = 1;
+
+/// One memory event. 48 bytes, trivially copyable, no padding holes.
 /// Units: t_ns in nanoseconds of CLOCK_MONOTONIC; addr is a device address; size in bytes;
 /// stream is the CUDA stream handle as an integer (PyTorch's trace does the same).
 struct Event {
@@ -53,7 +62,7 @@ struct Event {
   std::int32_t stack_id = kNoStack;
   std::int16_t device = 0;         ///< device ordinal
   Action action = Action::alloc;   ///< what happened
-  std::uint8_t reserved = 0;       ///< zero; keeps the record at 48 bytes
+  std::uint8_t flags = 0;          ///< kEvent* bits; zero for an event recorded live
 };
 
 static_assert(sizeof(Event) == 48, "Event is part of the archive format; its size must not change");

@@ -76,9 +76,9 @@ class OOMFLIGHT_API Recorder {
   explicit Recorder(std::size_t max_entries, bool allow_tsc = true, std::size_t max_batches = 10000);
 
   /// Records an event stamped now with the current batch. Returns false if the ring dropped it (see Ring::push).
-  /// Units as in Event. Wait-free: no allocation, lock or system call.
+  /// Units as in Event; flags: kEvent* bits. Wait-free: no allocation, lock or system call.
   bool record(Action action, std::int16_t device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
-              std::int32_t stack_id = kNoStack) noexcept {
+              std::int32_t stack_id = kNoStack, std::uint8_t flags = 0) noexcept {
     if (action == Action::oom) oom_events_.fetch_add(1, std::memory_order_relaxed);
     Event e;
     e.t_ns = clock_.now();  // raw ticks until freeze() converts them
@@ -89,6 +89,7 @@ class OOMFLIGHT_API Recorder {
     e.stack_id = stack_id;
     e.device = device;
     e.action = action;
+    e.flags = flags;
     return ring_.push(e);
   }
 
