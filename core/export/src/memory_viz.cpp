@@ -2,6 +2,7 @@
 #include "oomflight/export/memory_viz.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "oomflight/format/pickle.hpp"
 #include "oomflight/format/torch_snapshot_writer.hpp"
 #include "oomflight/record/context_log.hpp"
+#include "oomflight/record/recorder.hpp"
 
 namespace oomflight {
 namespace {
@@ -67,7 +69,8 @@ const char* segment_type_name(SegmentType type, std::uint64_t total_size, bool e
 
 // What the rank's source snapshot carried besides segments and traces (/context kinds snapshot_field and
 // snapshot_layout), to be written back as it was.
-void take_source_context(const Archive& a, const RankRow& row, TorchSnapshot& snap, MemoryVizNotes& n) {
+void take_source_context(const Archive& a, const RankRow& row, TorchSnapshot& snap, MemoryVizNotes& n,
+                         std::size_t& device_traces) {
   const auto split = [](std::string_view list) {
     std::vector<std::string> keys;
     while (!list.empty()) {
@@ -77,23 +80,33 @@ void take_source_context(const Archive& a, const RankRow& row, TorchSnapshot& sn
     }
     return keys;
   };
+  // A pickled value in base64; a damaged file's is left out (and counted), not a failed export.
+  const auto pickled_value = [&n](std::string_view text) {
+    auto pickled = base64_decode(text);
+    try {
+      if (pickled) (void)pickle::Document::parse(*pickled);
+    } catch (const std::exception&) {
+      pickled.reset();
+    }
+    if (!pickled) ++n.unreadable_fields;
+    return pickled;
+  };
   for (const ContextRow& c : a.context_of(row.rank)) {
     const auto kind = static_cast<ContextEntry::Kind>(c.kind);
+    const std::string_view what = a.string(c.key);
     if (kind == ContextEntry::Kind::snapshot_field) {
-      // A damaged file's field is left out (and counted), not a failed export.
-      auto pickled = base64_decode(a.string(c.value));
-      try {
-        if (pickled) (void)pickle::Document::parse(*pickled);
-      } catch (const std::exception&) {
-        pickled.reset();
+      if (auto pickled = pickled_value(a.string(c.value))) snap.fields.emplace_back(what, std::move(*pickled));
+    } else if (kind == ContextEntry::Kind::snapshot_layout && what.starts_with("trace.")) {
+      if (auto pickled = pickled_value(a.string(c.value))) snap.trace_constants.emplace_back(what.substr(6), std::move(*pickled));
+    } else if (kind == ContextEntry::Kind::snapshot_layout && what == "device_traces") {
+      // The source's number of device traces (at most kMaxDevices: a damaged file's number is not a size).
+      const std::string_view v = a.string(c.value);
+      std::size_t count = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), count);
+      if (ec == std::errc() && end == v.data() + v.size() && count <= static_cast<std::size_t>(kMaxDevices)) {
+        device_traces = count;
       }
-      if (!pickled) {
-        ++n.unreadable_fields;
-        continue;
-      }
-      snap.fields.emplace_back(std::string(a.string(c.key)), std::move(*pickled));
     } else if (kind == ContextEntry::Kind::snapshot_layout) {
-      const std::string_view what = a.string(c.key);
       auto keys = split(a.string(c.value));
       if (what == "trace") snap.omitted_trace_keys = std::move(keys);
       if (what == "segment") snap.omitted_segment_keys = std::move(keys);
@@ -119,7 +132,8 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
   MemoryVizNotes& n = notes ? *notes : local;
   n = MemoryVizNotes{};
   TorchSnapshot snap;
-  take_source_context(a, row, snap, n);
+  std::size_t source_device_traces = 0;  // the source's number of device traces, when it said
+  take_source_context(a, row, snap, n, source_device_traces);
   // device -> address -> state
   std::map<int, std::map<std::uint64_t, LiveSegment>> segments;
   std::map<int, std::map<std::uint64_t, LiveBlock>> blocks;
@@ -247,6 +261,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       snap.segments.push_back(std::move(out));
     }
   }
+  if (snap.device_traces.size() < source_device_traces) snap.device_traces.resize(source_device_traces);
   if (snap.device_traces.empty()) snap.device_traces.resize(1);
   n.segments = snap.segments.size();
   return snap;

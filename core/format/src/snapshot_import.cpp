@@ -204,11 +204,17 @@ ImportedRank import_one(const SnapshotInput& in) {
     }
   };
   layout("trace", snap.omitted_trace_keys);
+  // How many device traces the snapshot had: trailing devices with an empty trace leave no event.
+  r.context.push_back(ContextEntry{ContextEntry::Kind::snapshot_layout, -1, "device_traces",
+                                   std::to_string(snap.device_traces.size())});
+  for (const auto& [key, pickled] : snap.trace_constants) {
+    r.context.push_back(ContextEntry{ContextEntry::Kind::snapshot_layout, -1, "trace." + key, base64_encode(pickled)});
+  }
   layout("segment", snap.omitted_segment_keys);
   layout("block", snap.omitted_block_keys);
   for (const auto& [key, count] : snap.dropped_keys) {
-    r.notes.push_back(fmt::format("{}: {} dicts had the {}, which oomflight does not carry: an export gives them "
-                                  "back without it", in.path, count, key));
+    r.notes.push_back(fmt::format("{}: not carried: {} ({} dicts): an export gives them back without it", in.path,
+                                  key, count));
   }
   return r;
 }

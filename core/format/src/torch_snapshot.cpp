@@ -56,6 +56,52 @@ class Decoder {
     }
   }
 
+  // A trace entry's keys beyond the ones decoded (PyTorch 2.6's `compile_context`, `user_metadata`): each one's
+  // count, and whether every entry so far gave it the same scalar value.
+  void note_entry_extras(const Value& entry) {
+    ++entries_seen_;
+    for (std::size_t i = 0; i + 1 < entry.items.size(); i += 2) {
+      const Value& k = *entry.items[i];
+      if (k.kind != Kind::string) {
+        ++dropped_["trace entry key that is not a string"];
+        continue;
+      }
+      static constexpr std::string_view kKnown[] = {"action", "addr", "device_free", "size", "stream", "time_us", "frames"};
+      if (std::find(std::begin(kKnown), std::end(kKnown), k.text) != std::end(kKnown)) continue;
+      const Value& v = *entry.items[i + 1];
+      auto [it, inserted] = extras_.try_emplace(std::string(k.text), Extra{&v, 0, true});
+      ++it->second.count;
+      if (!inserted && it->second.constant) it->second.constant = same_scalar(*it->second.first, v);
+    }
+  }
+
+  // Extra keys every entry had with one value go to `constants` (the writer gives them back); the rest are dropped.
+  void finish_entry_extras(TorchSnapshot& out) {
+    for (const auto& [key, extra] : extras_) {
+      if (extra.constant && extra.count == entries_seen_) {
+        pickle::Writer w;
+        pickle::write_value(w, *extra.first);
+        out.trace_constants.emplace_back(key, w.finish());
+      } else {
+        dropped_[fmt::format("trace entry '{}'{}", key, extra.constant ? " (not on every entry)" : " (values differ)")] +=
+            extra.count;
+      }
+    }
+  }
+
+  static bool same_scalar(const Value& a, const Value& b) {
+    if (a.kind != b.kind) return false;
+    switch (a.kind) {
+      case Kind::none: return true;
+      case Kind::boolean: return a.boolean == b.boolean;
+      case Kind::integer: return a.integer == b.integer && a.above_int64 == b.above_int64;
+      case Kind::floating: return std::memcmp(&a.floating, &b.floating, sizeof a.floating) == 0;
+      case Kind::string:
+      case Kind::bytes: return a.text == b.text;
+      default: return false;  // containers: not compared
+    }
+  }
+
   // The first dict of a kind decides which optional keys the source wrote (PyTorch writes them all, or none).
   static void note_omitted(const Value& dict, std::initializer_list<const char*> optional, std::vector<std::string>& out) {
     for (const char* key : optional) {
@@ -140,7 +186,7 @@ class Decoder {
         const Value* line = f->get("line");
         const FrameRef ref{name && name->kind == Kind::string ? name->text : std::string_view("??"),
                            file && file->kind == Kind::string ? file->text : std::string_view("??"),
-                           line && line->kind == Kind::integer ? static_cast<std::int32_t>(line->integer) : 0};
+                           line && line->kind == Kind::integer ? frame_line(*line) : 0};
         known = frame_ids_.emplace(f, stacks_.intern_frame(ref)).first;
       }
       ids_.push_back(known->second);
@@ -150,6 +196,16 @@ class Decoder {
                                    frames->items.size() * sizeof(const Value*)),
                        id);
     return id;
+  }
+
+  // A frame's line as the archive keeps it (int32). PyTorch's lines are size_t, and an unknown one is
+  // (size_t)-1 = 2^64 - 1 (a Python frame whose code has no line: torch/csrc/profiler/unwind): kept as -1, which the
+  // writer gives back as 2^64 - 1. Any other line outside int32 is kept as 0 (unknown) and counted.
+  std::int32_t frame_line(const Value& line) {
+    if (line.above_int64 && line.integer == -1) return -1;
+    if (!line.above_int64 && line.integer >= 0 && line.integer <= INT32_MAX) return static_cast<std::int32_t>(line.integer);
+    ++dropped_["frame 'line' outside 0 .. 2^31 - 1 (kept as 0)"];
+    return 0;
   }
 
   SnapshotSegment segment(const Value& v, const Where& where, TorchSnapshot& out) {
@@ -211,7 +267,7 @@ class Decoder {
         note_omitted(e, {"stream", "time_us"}, out.omitted_trace_keys);
         first_entry_ = false;
       }
-      note_unknown_keys(e, {"action", "addr", "device_free", "size", "stream", "time_us", "frames"}, "trace entry");
+      note_entry_extras(e);
       const auto action = action_from_name(text(e, "action", ew));
       if (!action || *action == Action::step) {
         ++out.skipped_unknown_actions;
@@ -267,6 +323,13 @@ class Decoder {
   std::vector<std::uint32_t> ids_;
   std::map<std::string, std::size_t> dropped_;  // "trace entry 'user_metadata'" -> dicts that had it
   bool first_segment_ = true, first_block_ = true, first_entry_ = true;
+  struct Extra {
+    const Value* first;
+    std::size_t count;
+    bool constant;
+  };
+  std::map<std::string, Extra> extras_;  // trace entries' extra keys
+  std::size_t entries_seen_ = 0;
 };
 
 }  // namespace
@@ -342,6 +405,7 @@ TorchSnapshot decode_torch_snapshot(const pickle::Document& doc, StackTable& sta
     pickle::write_value(w, *root.items[i + 1]);
     out.fields.emplace_back(std::string(key.text), w.finish());
   }
+  d.finish_entry_extras(out);
   for (auto& dropped : d.dropped()) out.dropped_keys.push_back(std::move(dropped));
   if (const Value* settings = root.get("allocator_settings")) {
     out.has_allocator_settings = true;

@@ -41,7 +41,11 @@ class FramesWriter {
       w_.key("filename");
       w_.memoized_string(f.file);
       w_.key("line");
-      w_.integer(f.line);
+      if (f.line == -1) {
+        w_.unsigned_integer(~std::uint64_t{0});  // PyTorch's unknown line: (size_t)-1 (torch_snapshot.cpp)
+      } else {
+        w_.integer(f.line);
+      }
       w_.key("name");
       w_.string(f.function);
       w_.end_dict();
@@ -132,7 +136,8 @@ void write_segment(pickle::Writer& w, FramesWriter& frames, const SnapshotSegmen
   w.end_dict();
 }
 
-void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e, bool with_stream) {
+void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e, bool with_stream,
+                 const std::vector<std::pair<std::string, pickle::Document>>& constants) {
   w.begin_dict();
   w.key("action");
   w.key(action_name(e.action));  // static storage: found by address
@@ -151,6 +156,10 @@ void write_entry(pickle::Writer& w, FramesWriter& frames, const TraceEntry& e, b
   if (e.stack_id != kNoStack) {
     w.key("frames");
     frames.write(e.stack_id);
+  }
+  for (const auto& [key, value] : constants) {
+    w.memoized_string(key);
+    pickle::write_value(w, value.root());
   }
   w.end_dict();
 }
@@ -172,9 +181,11 @@ std::string write_torch_snapshot(const TorchSnapshot& snapshot, const SnapshotFr
   w.key("device_traces");
   w.begin_list();
   const bool with_stream = !Omitted(snapshot.omitted_trace_keys)("stream");
+  std::vector<std::pair<std::string, pickle::Document>> constants;
+  for (const auto& [key, pickled] : snapshot.trace_constants) constants.emplace_back(key, pickle::Document::parse(pickled));
   for (const auto& trace : snapshot.device_traces) {
     w.begin_list();
-    for (const auto& e : trace) write_entry(w, frames, e, with_stream);
+    for (const auto& e : trace) write_entry(w, frames, e, with_stream, constants);
     w.end_list();
   }
   w.end_list();

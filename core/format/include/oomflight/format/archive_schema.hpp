@@ -67,7 +67,8 @@ struct StackRow {
   std::uint32_t reserved = 0;  ///< padding, not a member of the HDF5 type
 };
 
-/// One row of /frames: function and file are rows of /strings; line 0 means unknown.
+/// One row of /frames: function and file are rows of /strings; line 0 means unknown, -1 PyTorch's own "unknown"
+/// ((size_t)-1, which its snapshots write as 2^64 - 1, and the memory_viz export gives back so).
 struct FrameRow {
   std::uint32_t function = 0;
   std::uint32_t file = 0;

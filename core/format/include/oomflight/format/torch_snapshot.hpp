@@ -81,6 +81,9 @@ struct TorchSnapshot {
   /// "active_size", "requested_size", "stream", "segment_type", "segment_pool_id", "is_expandable"; a block's:
   /// "address", "requested_size".
   std::vector<std::string> omitted_trace_keys, omitted_segment_keys, omitted_block_keys;
+  /// Keys every trace entry had with one and the same value (PyTorch 2.6 on writes `compile_context` "N/A" and
+  /// `user_metadata` "" on each entry), the value pickled: the writer puts them on every entry it writes.
+  std::vector<std::pair<std::string, std::string>> trace_constants;
   /// Keys this reader does not carry, each with how many dicts had it ("trace entry 'user_metadata'" -> 12): an
   /// export of the import gives those dicts back without them.
   std::vector<std::pair<std::string, std::size_t>> dropped_keys;

@@ -24,7 +24,9 @@ struct ContextEntry {
   ///   (protocol 4, a whole pickle) in base64 (the string table holds text): `pickle.loads(base64.b64decode(v))`;
   /// - snapshot_layout: key "trace", "segment" or "block"; the value lists, comma-separated, the optional keys
   ///   that the snapshot's entries of that kind did not have ("time_us": older PyTorch), which the export then
-  ///   leaves out too.
+  ///   leaves out too; key "trace.NAME": a key every trace entry had with one value (PyTorch 2.6's
+  ///   `compile_context` "N/A", `user_metadata` ""), that value pickled in base64, which the export puts on every
+  ///   entry.
   enum class Kind : std::uint8_t { environment = 0, metadata = 1, snapshot_field = 2, snapshot_layout = 3 };
   static constexpr int kKindCount = 4;
   Kind kind = Kind::metadata;
