@@ -9,8 +9,10 @@ through tests/export/memory_viz_viewer.py), with PyTorch's own snapshots as the 
 
 Each pickle is shown in the viewer's three views, and in Allocator State History the first, a middle and the last
 entry are selected. Any page error, or a view whose drawing does not match what the pickle holds, fails the test.
+Then PyTorch's own Python readers (torch.cuda._memory_viz: segsum, memory, segments, trace, trace_plot,
+segment_plot, compare) read every pickle, in the real-torch environment (tests/export/memory_viz_torch_readers.py).
 
-Usage: memory_viz_in_viewer.py OOMFLIGHT_CLI SNAPSHOT_DIR VIEWER_DIR
+Usage: memory_viz_in_viewer.py OOMFLIGHT_CLI SNAPSHOT_DIR VIEWER_DIR TORCH_PYTHON
 """
 import glob
 import os
@@ -19,7 +21,10 @@ import sys
 import tempfile
 
 CLI, SNAPSHOTS, VIEWER = (os.path.abspath(a) for a in sys.argv[1:4])
-VIEWER_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_viz_viewer.py")
+TORCH_PYTHON = sys.argv[4] if len(sys.argv) > 4 else ""
+HERE = os.path.dirname(os.path.abspath(__file__))
+VIEWER_TEST = os.path.join(HERE, "memory_viz_viewer.py")
+TORCH_READERS = os.path.join(HERE, "memory_viz_torch_readers.py")
 FULLSTEP = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
 CNN = os.path.join(SNAPSHOTS, "cnn-train-eor.pickle")
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
@@ -56,6 +61,8 @@ def one_archive(folder, pattern):
 
 
 def main():
+    if not TORCH_PYTHON or not os.access(TORCH_PYTHON, os.X_OK):
+        fail(f"no real-torch Python ({TORCH_PYTHON!r}): run scripts/bootstrap.sh (scripts/python_envs.sh makes it)")
     snapshots = sorted(glob.glob(os.path.join(SNAPSHOTS, "*.pickle")))
     if len(snapshots) < 3:
         fail(f"expected the shared PyTorch snapshots in {SNAPSHOTS}")
@@ -96,7 +103,14 @@ def main():
         fail(f"the viewer test failed (exit {r.returncode}) on {len(pickles)} pickles")
     if f"memory_viz_viewer: {len(pickles)} pickles, all views drawn, no page error" not in r.stdout:
         fail("the viewer test did not report every pickle drawn")
-    print(f"memory_viz_in_viewer: {len(pickles)} pickles shown in MemoryViz.js, every view drawn, no page error")
+    r = subprocess.run([TORCH_PYTHON, TORCH_READERS, *pickles], capture_output=True, text=True, errors="replace",
+                       timeout=600)
+    print(r.stdout, end="")
+    print(r.stderr, end="", file=sys.stderr)
+    if r.returncode != 0:
+        fail(f"PyTorch's torch.cuda._memory_viz refused some of the {len(pickles)} pickles (exit {r.returncode})")
+    print(f"memory_viz_in_viewer: {len(pickles)} pickles shown in MemoryViz.js, every view drawn, no page error, and "
+          "read by torch.cuda._memory_viz")
 
 
 if __name__ == "__main__":
