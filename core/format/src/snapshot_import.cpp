@@ -212,9 +212,14 @@ ImportedRank import_one(const SnapshotInput& in) {
   }
   layout("segment", snap.omitted_segment_keys);
   layout("block", snap.omitted_block_keys);
-  for (const auto& [key, count] : snap.dropped_keys) {
+  // One line per key, the first 20 (a hostile snapshot can hold a million distinct keys).
+  constexpr std::size_t kMaxNotes = 20;
+  for (std::size_t i = 0; i < snap.dropped_keys.size() && i < kMaxNotes; ++i) {
     r.notes.push_back(fmt::format("{}: not carried: {} ({} dicts): an export gives them back without it", in.path,
-                                  key, count));
+                                  snap.dropped_keys[i].first, snap.dropped_keys[i].second));
+  }
+  if (snap.dropped_keys.size() > kMaxNotes) {
+    r.notes.push_back(fmt::format("{}: not carried: {} more keys", in.path, snap.dropped_keys.size() - kMaxNotes));
   }
   return r;
 }
