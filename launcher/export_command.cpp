@@ -77,6 +77,10 @@ int export_memory_viz(const Archive& a, const ExportOptions& o, const FilenameTe
                            "history: overwritten, or never recorded) and got a segment of their own",
                            notes.blocks_outside_segments);
     }
+    if (notes.unreadable_fields) {
+      extra += fmt::format("; {} of the source snapshot's fields in /context were not a readable pickle (a damaged "
+                           "file) and were left out", notes.unreadable_fields);
+    }
     fmt::print("{}: rank {}, {} trace entries, {} segments{}\n", path.string(), row.rank, notes.events,
                notes.segments, extra);
     ++written;

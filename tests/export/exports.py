@@ -26,6 +26,8 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import numpy as np
+
 CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
 NAMES = ["cnn-train-eor", "transformer-lm-forward-mixed-ctx128", "transformer-lm-fullstep-ctx128"]
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
@@ -255,6 +257,29 @@ class Exports(unittest.TestCase):
         for e in snap["device_traces"][0]:
             e.pop("user_metadata", None)
         self.assertEqual(first_differences(snap, back), [])
+
+    def test_a_damaged_snapshot_field_is_left_out_and_said(self):
+        """A kind-2 /context value that is not base64 of a pickle (a damaged file): the export leaves that field out,
+        says so, and gives back the rest."""
+        import h5py
+        import shutil
+        damaged = self.work / "damaged-field.h5"
+        shutil.copy(self.imported, damaged)
+        with h5py.File(damaged, "r+") as f:
+            strings, context = f["strings"][...], f["context"][...]
+            data = f["string_data"][...]
+            key = lambda i: bytes(data[int(strings[i]["offset"]):int(strings[i]["offset"]) + int(strings[i]["length"])])
+            row = [c for c in context if c["rank"] == 1 and c["kind"] == 2 and key(int(c["key"])) == b"allocator_settings"][0]
+            at = int(strings[int(row["value"])]["offset"])
+            data[at:at + 4] = np.frombuffer(b"!!!!", dtype=np.uint8)
+            f["string_data"][...] = data
+        r = cli("export", damaged, "--format", "memory_viz", "-o", self.work / "damaged-out", "--filename",
+                "{rank}.pickle", cwd=self.work)
+        self.assertIn("1.pickle: rank 1, 5992 trace entries, 688 segments; 1 of the source snapshot's fields in "
+                      "/context were not a readable pickle", r.stdout)
+        original, ours = load(self.snapshots[1]), load(self.work / "damaged-out" / "1.pickle")
+        del original["allocator_settings"]
+        self.assertEqual(first_differences(original, ours), [])
 
     def test_an_archive_of_0_2_0_still_exports(self):
         """0.2.0 wrote events without `flags` and 40-byte /state_segments rows (no segment_type, frames or pool id):
