@@ -363,6 +363,7 @@ std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vecto
 // same way: each block's address is its segment's plus the sizes of the blocks before it).
 struct StateRows {
   std::vector<abi::SegmentState> segments;
+  std::vector<abi::SegmentDetail> details;  // one per segment: its pool, pool kind and frames
   std::vector<abi::BlockState> blocks;
 };
 
@@ -378,6 +379,11 @@ StateRows state_rows(const CApiTable& api, const alloc::SnapshotInfo& snapshot, 
     s.device = static_cast<std::int32_t>(segment.device);
     s.is_expandable = segment.is_expandable ? 1 : 0;
     rows.segments.push_back(s);
+    abi::SegmentDetail d;
+    d.pool_id[0] = static_cast<std::uint64_t>(segment.owner_private_pool_id.first);
+    d.pool_id[1] = static_cast<std::uint64_t>(segment.owner_private_pool_id.second);
+    d.segment_type = segment.is_large ? 0 : 1;
+    rows.details.push_back(d);
     std::uint64_t address = s.address;
     for (const auto& block : segment.blocks) {
       abi::BlockState b;
@@ -391,8 +397,13 @@ StateRows state_rows(const CApiTable& api, const alloc::SnapshotInfo& snapshot, 
       address += b.size;
     }
   }
+  // The segments' own frames (where each was cudaMalloc'd) after the blocks', interned in the same pass.
+  for (const auto& segment : snapshot.segments) {
+    if (static_cast<int>(segment.device) == device) contexts.push_back(&segment.context_when_allocated);
+  }
   const std::vector<std::int32_t> stacks = intern_contexts(api, contexts);
   for (std::size_t i = 0; i < rows.blocks.size(); ++i) rows.blocks[i].stack_id = stacks[i];
+  for (std::size_t i = 0; i < rows.details.size(); ++i) rows.details[i].stack_id = stacks[rows.blocks.size() + i];
   return rows;
 }
 
@@ -417,7 +428,8 @@ void observe(Plugin& p, std::int64_t device, std::size_t alloc_bytes, std::size_
              " is free.";
     if (snapshot != nullptr) {
       rows = state_rows(p.api, *snapshot, static_cast<int>(device));
-      state = AllocatorState{rows.segments.data(), rows.segments.size(), rows.blocks.data(), rows.blocks.size()};
+      state = AllocatorState{rows.segments.data(), rows.details.data(), rows.segments.size(), rows.blocks.data(),
+                             rows.blocks.size()};
       have_state = !rows.segments.empty();
     }
   } catch (const std::exception& e) {
@@ -588,10 +600,12 @@ std::string feed(const std::vector<std::tuple<std::string, int, std::uint64_t, s
 }
 
 // The observer's body with a DeviceStats and a SnapshotInfo built here. stats: (allocated, reserved,
-// peak allocated, peak reserved) or empty; segments: (device, address, stream, is_expandable, blocks), blocks:
-// (size, requested_size, "active_allocated" | "active_pending_free" | "inactive", with a Python context).
+// peak allocated, peak reserved) or empty; segments: (device, address, stream, is_expandable, is_large,
+// (pool id, pool id), with a Python context, blocks), blocks: (size, requested_size, "active_allocated" |
+// "active_pending_free" | "inactive", with a Python context).
 using BlockSpec = std::tuple<std::uint64_t, std::uint64_t, std::string, bool>;
-using SegmentSpec = std::tuple<int, std::uint64_t, std::uint64_t, bool, std::vector<BlockSpec>>;
+using SegmentSpec = std::tuple<int, std::uint64_t, std::uint64_t, bool, bool, std::pair<std::uint64_t, std::uint64_t>,
+                               bool, std::vector<BlockSpec>>;
 
 std::string observe_built(std::int64_t device, std::uint64_t alloc_bytes, std::uint64_t device_total,
                           std::uint64_t device_free, const std::vector<std::int64_t>& stats,
@@ -606,12 +620,16 @@ std::string observe_built(std::int64_t device, std::uint64_t alloc_bytes, std::u
       device_stats.reserved_bytes[0].peak = stats[3];
     }
     alloc::SnapshotInfo snapshot;
-    for (const auto& [seg_device, address, stream, expandable, blocks] : segments) {
+    for (const auto& [seg_device, address, stream, expandable, large, pool, seg_context, blocks] : segments) {
       alloc::SegmentInfo s;
       s.device = static_cast<c10::DeviceIndex>(seg_device);
       s.address = static_cast<std::size_t>(address);
       s.stream = stream_from<decltype(s.stream)>(stream);
       s.is_expandable = expandable;
+      s.is_large = large;
+      s.owner_private_pool_id = {static_cast<decltype(s.owner_private_pool_id.first)>(pool.first),
+                                 static_cast<decltype(s.owner_private_pool_id.second)>(pool.second)};
+      if (seg_context) s.context_when_allocated = gather_python_context();
       for (const auto& [size, requested, state, with_context] : blocks) {
         alloc::BlockInfo b;
         b.size = static_cast<std::size_t>(size);

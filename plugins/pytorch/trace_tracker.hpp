@@ -55,7 +55,11 @@ struct BlockState {  ///< struct oomflight_block_state (PyTorch's BlockInfo), by
   std::uint64_t address = 0, size = 0, requested_size = 0;
   std::int32_t stack_id = -1, state = kBlockInactive;
 };
-struct DumpRequest {  ///< struct oomflight_dump_request, the 0.3 layout (with the allocator state)
+struct SegmentDetail {  ///< struct oomflight_segment_detail (PyTorch's SegmentInfo: pool, frames, pool kind)
+  std::uint64_t pool_id[2] = {0, 0};
+  std::int32_t stack_id = -1, segment_type = -1;
+};
+struct DumpRequest {  ///< struct oomflight_dump_request, the 0.2.1 layout (allocator state and segment details)
   std::uint32_t struct_size = sizeof(DumpRequest);
   std::int32_t kind = kDumpOom;
   const char* reason = nullptr;
@@ -67,6 +71,7 @@ struct DumpRequest {  ///< struct oomflight_dump_request, the 0.3 layout (with t
   std::uint64_t segment_count = 0;
   const BlockState* blocks = nullptr;
   std::uint64_t block_count = 0;
+  const SegmentDetail* segment_details = nullptr;
 };
 struct DumpResult {  ///< struct oomflight_dump_result
   std::uint32_t struct_size = sizeof(DumpResult);
@@ -74,7 +79,8 @@ struct DumpResult {  ///< struct oomflight_dump_result
   std::int64_t batch = -1;
   double seconds = 0.0;
 };
-static_assert(sizeof(Memory) == 56 && sizeof(DumpRequest) == 80 && sizeof(DumpResult) == 32);
+static_assert(sizeof(Memory) == 56 && sizeof(DumpRequest) == 88 && sizeof(DumpResult) == 32 &&
+              sizeof(SegmentDetail) == 24);
 static_assert(sizeof(Frame) == 24 && sizeof(SegmentState) == 32 && sizeof(BlockState) == 32);
 }  // namespace abi
 
@@ -153,6 +159,7 @@ struct ExactStats {
 /// blocks' stack ids interned from their contexts). Borrowed for the observer call.
 struct AllocatorState {
   const abi::SegmentState* segments = nullptr;
+  const abi::SegmentDetail* segment_details = nullptr;  ///< segment_count of them, or nullptr
   std::size_t segment_count = 0;
   const abi::BlockState* blocks = nullptr;
   std::size_t block_count = 0;
@@ -226,7 +233,8 @@ class TraceTracker {
   /// torch passes them). Records the oom event if the trace did not (torch before 2.4 recorded it only with
   /// memory history on), publishes the exact figures when given, and asks every rank for an oom dump; returns
   /// once the dump is written. `reason` is the text for the archive; may be nullptr. `state`, when given, is sent
-  /// with the request (the 0.3 request): the origin's /state_segments and /state_blocks are then torch's own.
+  /// with the request (the 0.2.1 request, segment details included): the origin's /state_segments and
+  /// /state_blocks are then torch's own.
   int on_out_of_memory(int device, std::uint64_t alloc_bytes, std::uint64_t device_total,
                        std::uint64_t device_free, const ExactStats* exact, const char* reason,
                        const AllocatorState* state = nullptr) noexcept {
@@ -254,6 +262,7 @@ class TraceTracker {
     request.device = (device >= 0 && device < abi::kMaxDevices) ? device : -1;
     if (state != nullptr) {
       request.segments = state->segments;
+      request.segment_details = state->segment_details;
       request.segment_count = state->segment_count;
       request.blocks = state->blocks;
       request.block_count = state->block_count;

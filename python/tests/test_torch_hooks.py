@@ -42,8 +42,11 @@ JOB = textwrap.dedent("""
     blocks = [(2 * MiB, 2 * MiB - 100, "active_allocated", True), (6 * MiB, 6 * MiB, "inactive", False),
               (4 * MiB, 3 * MiB, "active_pending_free", False), (8 * MiB, 8 * MiB, "active_allocated", False)]
     other = [(2 * MiB, 2 * MiB, "active_allocated", False)]
-    segments = [(0, 0x7F0000000000, 0x51, False, blocks), (1, 0x7E0000000000, 0x52, True, other),
-                (0, 0x7B0000000000, 0x53, True, [(2 * MiB, 512, "active_allocated", False)])]
+    # (device, address, stream, expandable, is_large, pool, with a context, blocks): the third an expandable
+    # segment of the small pool in a CUDA graph's pool, which no sizing rule could tell
+    segments = [(0, 0x7F0000000000, 0x51, False, True, (0, 0), True, blocks),
+                (1, 0x7E0000000000, 0x52, True, True, (0, 0), False, other),
+                (0, 0x7B0000000000, 0x53, True, False, (4, 9), False, [(2 * MiB, 512, "active_allocated", False)])]
     stats = [10 * MiB + 512, 22 * MiB, 30 * MiB, 40 * MiB]
     why = m._observe(0, 64 * MiB, 80 << 30, 3 * MiB, stats, segments, True)  # OBSERVE
     assert why == "", why
@@ -119,6 +122,12 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
             self.assertEqual([(int(s["device"]), int(s["address"]), int(s["total_size"]), int(s["stream"]),
                                int(s["is_expandable"])) for s in segments],
                              [(0, 0x7F0000000000, 20 * MiB, 0x51, 0), (0, 0x7B0000000000, 2 * MiB, 0x53, 1)])
+            # The segments' details (0.2.1): torch's pool kind, pool id and the frames where the first was allocated.
+            self.assertEqual([(int(s["segment_type"]), [int(x) for x in s["segment_pool_id"]]) for s in segments],
+                             [(0, [0, 0]), (1, [4, 9])])
+            line = next(i for i, text in enumerate(JOB.splitlines(), 1) if "# OBSERVE" in text)
+            self.assertEqual(frames_of(f, int(segments[0]["stack_id"]))[0], ("<module>", str(cwd / "job.py"), line))
+            self.assertEqual(int(segments[1]["stack_id"]), -1)
             base = 0x7F0000000000
             self.assertEqual([(int(b["address"]), int(b["size"]), int(b["requested_size"]), int(b["state"]))
                               for b in blocks],

@@ -140,6 +140,34 @@ TEST_F(CApi, TheAllocatorStateGivenWithARequestReachesTheArchive) {
   EXPECT_EQ(archive.string(archive.stack(rows[0].stack_id)[0]->function), "forward");
   EXPECT_EQ(rows[1].state, BlockState::inactive);
   EXPECT_EQ(rows[1].stack_id, kNoStack);
+  EXPECT_EQ(segs[0].segment_type, SegmentType::unknown);  // no details given
+  EXPECT_EQ(segs[0].stack_id, kNoStack);
+  // The segment details (0.2.1): type, pool and frames of each segment; bad ones refused by name.
+  oomflight_segment_detail details[] = {{{3, 7}, stack, 1}};
+  request.segment_details = details;
+  details[0].segment_type = 2;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("segment_details[0].segment_type 2"), std::string::npos) << last_error();
+  details[0].segment_type = 1;
+  details[0].stack_id = 99;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("segment_details[0].stack_id 99 was not interned"), std::string::npos) << last_error();
+  details[0].stack_id = stack;
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const Archive detailed = read_archive(oomflight_last_dump_path());
+  ASSERT_EQ(detailed.state_segments_of(0).size(), 1u);
+  const StateSegmentRow& seg = detailed.state_segments_of(0)[0];
+  EXPECT_EQ(seg.segment_type, SegmentType::small);
+  EXPECT_EQ(seg.segment_pool_id[0], 3u);
+  EXPECT_EQ(seg.segment_pool_id[1], 7u);
+  EXPECT_EQ(detailed.string(detailed.stack(seg.stack_id)[0]->function), "forward");
+  // A caller built against the 0.2.0 header passes 80 bytes: its state is read, the details are not.
+  request.struct_size = offsetof(oomflight_dump_request, segment_details);
+  details[0].segment_type = 7;  // beyond the struct the caller has: must not be read
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const Archive shorter = read_archive(oomflight_last_dump_path());
+  ASSERT_EQ(shorter.state_segments_of(0).size(), 1u);
+  EXPECT_EQ(shorter.state_segments_of(0)[0].segment_type, SegmentType::unknown);
   // A caller built against the 1.0 header passes the shorter struct: accepted, and no state is read.
   oomflight_dump_request old = OOMFLIGHT_DUMP_REQUEST_INIT;
   old.kind = OOMFLIGHT_DUMP_SIGNAL;

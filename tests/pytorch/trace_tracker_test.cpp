@@ -35,12 +35,16 @@ static_assert(tp::abi::kDumpOom == OOMFLIGHT_DUMP_OOM && tp::abi::kDumpSignal ==
               tp::abi::kLogWarn == OOMFLIGHT_LOG_WARN);
 static_assert(sizeof(tp::abi::Memory) == sizeof(oomflight_memory) &&
               offsetof(tp::abi::Memory, device_free_bytes) == offsetof(oomflight_memory, device_free_bytes));
-// The plugin passes the 0.3 request (with the allocator state), laid out as the header's.
+// The plugin passes the 0.2.1 request (allocator state and segment details), laid out as the header's.
 static_assert(sizeof(tp::abi::DumpRequest) == sizeof(oomflight_dump_request) &&
               offsetof(tp::abi::DumpRequest, batch) == offsetof(oomflight_dump_request, batch) &&
               offsetof(tp::abi::DumpRequest, device) == offsetof(oomflight_dump_request, device) &&
               offsetof(tp::abi::DumpRequest, segments) == offsetof(oomflight_dump_request, segments) &&
-              offsetof(tp::abi::DumpRequest, block_count) == offsetof(oomflight_dump_request, block_count));
+              offsetof(tp::abi::DumpRequest, block_count) == offsetof(oomflight_dump_request, block_count) &&
+              offsetof(tp::abi::DumpRequest, segment_details) == offsetof(oomflight_dump_request, segment_details));
+static_assert(sizeof(tp::abi::SegmentDetail) == sizeof(oomflight_segment_detail) &&
+              offsetof(tp::abi::SegmentDetail, stack_id) == offsetof(oomflight_segment_detail, stack_id) &&
+              offsetof(tp::abi::SegmentDetail, segment_type) == offsetof(oomflight_segment_detail, segment_type));
 static_assert(sizeof(tp::abi::SegmentState) == sizeof(oomflight_segment_state) &&
               offsetof(tp::abi::SegmentState, device) == offsetof(oomflight_segment_state, device) &&
               offsetof(tp::abi::SegmentState, is_expandable) == offsetof(oomflight_segment_state, is_expandable));

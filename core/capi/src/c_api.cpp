@@ -58,9 +58,10 @@ static_assert(oomflight::kMaxDevices == 64, "oomflight_set_memory documents devi
 // The ABI: these layouts are frozen for OOMFLIGHT_ABI_VERSION 1 (x86-64 and aarch64 LP64).
 static_assert(sizeof(oomflight_memory) == 56 && offsetof(oomflight_memory, device_free_bytes) == 48);
 // The dump request grows only at its end (struct_size says which fields a caller has): 48 bytes in ABI 1.0,
-// 80 with the allocator state.
+// 80 with the allocator state (0.2.0), 88 with the segment details (0.2.1).
 static_assert(offsetof(oomflight_dump_request, batch) == 40 && offsetof(oomflight_dump_request, segments) == 48);
-static_assert(sizeof(oomflight_dump_request) == 80);
+static_assert(offsetof(oomflight_dump_request, segment_details) == 80 && sizeof(oomflight_dump_request) == 88);
+static_assert(sizeof(oomflight_segment_detail) == 24);
 static_assert(sizeof(oomflight_segment_state) == 32 && sizeof(oomflight_block_state) == 32);
 static_assert(sizeof(oomflight_dump_result) == 32 && offsetof(oomflight_dump_result, seconds) == 24);
 static_assert(sizeof(oomflight_frame) == 24);
@@ -341,7 +342,7 @@ int oomflight_set_metadata(const char* key, const char* value) {
 
 namespace {
 // The allocator state given with a request, checked and copied into the archive's rows.
-int copy_state(const oomflight_dump_request& q, oomflight::AllocatorStateRows& out) {
+int copy_state(const oomflight_dump_request& q, bool with_details, oomflight::AllocatorStateRows& out) {
   constexpr std::uint64_t kMaxSegments = std::uint64_t{1} << 24, kMaxBlocks = std::uint64_t{1} << 26;
   if ((q.segments == nullptr && q.segment_count > 0) || (q.blocks == nullptr && q.block_count > 0)) {
     return fail(OOMFLIGHT_EINVAL, "oomflight_request_dump: segments or blocks is NULL with a count above 0");
@@ -364,6 +365,21 @@ int copy_state(const oomflight_dump_request& q, oomflight::AllocatorStateRows& o
     row.total_size = s.total_size;
     row.stream = s.stream;
     row.is_expandable = s.is_expandable != 0 ? 1 : 0;
+    if (with_details && q.segment_details != nullptr) {
+      const oomflight_segment_detail& d = q.segment_details[i];
+      if (d.segment_type < -1 || d.segment_type > 1) {
+        return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: segment_details[{}].segment_type {} is not -1, 0 or 1",
+                     i, d.segment_type);
+      }
+      if (d.stack_id != oomflight::kNoStack && (d.stack_id < 0 || static_cast<std::size_t>(d.stack_id) >= stacks)) {
+        return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: segment_details[{}].stack_id {} was not interned ({} "
+                     "stacks)", i, d.stack_id, stacks);
+      }
+      row.segment_type = d.segment_type < 0 ? oomflight::SegmentType::unknown : static_cast<oomflight::SegmentType>(d.segment_type);
+      row.stack_id = d.stack_id;
+      row.segment_pool_id[0] = d.pool_id[0];
+      row.segment_pool_id[1] = d.pool_id[1];
+    }
     out.segments.push_back(row);
   }
   out.blocks.reserve(q.block_count);
@@ -411,8 +427,9 @@ int oomflight_request_dump(const struct oomflight_dump_request* request, struct 
     r.device_free_bytes = request->device_free_bytes;
     r.device = request->device;
     r.batch = request->batch;
-    if (request->struct_size >= sizeof(oomflight_dump_request)) {
-      if (const int rc = copy_state(*request, r.state); rc != OOMFLIGHT_OK) return rc;
+    if (request->struct_size >= offsetof(oomflight_dump_request, segment_details)) {
+      const bool details = request->struct_size >= sizeof(oomflight_dump_request);
+      if (const int rc = copy_state(*request, details, r.state); rc != OOMFLIGHT_OK) return rc;
     }
     return dump(r, result);
   });

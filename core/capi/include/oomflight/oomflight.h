@@ -148,6 +148,16 @@ struct oomflight_block_state {
   int32_t state;     /**< 0 active_allocated, 1 active_pending_free, 2 inactive */
 };
 
+/** More of a segment (PyTorch's SegmentInfo), since 0.2.1: element i of oomflight_dump_request's segment_details
+ *  describes segments[i]. Written into the archive's /state_segments (segment_type, stack_id, segment_pool_id), so
+ *  that the memory_viz export gives PyTorch's own segment fields. */
+struct oomflight_segment_detail {
+  uint64_t pool_id[2];   /**< PyTorch's segment_pool_id (owner_private_pool_id: a CUDA graph's private pool);
+                              0, 0: the default pools */
+  int32_t stack_id;      /**< the segment's frames (context_when_allocated), from oomflight_intern_stack; -1: none */
+  int32_t segment_type;  /**< 0: the large pool, 1: the small pool (PyTorch's is_large false), -1: not known */
+};
+
 struct oomflight_dump_request {
   uint32_t struct_size;        /**< sizeof(struct oomflight_dump_request): use OOMFLIGHT_DUMP_REQUEST_INIT */
   int32_t kind;                /**< enum oomflight_dump_kind */
@@ -165,9 +175,12 @@ struct oomflight_dump_request {
   uint64_t segment_count;      /**< at most 2^24 */
   const struct oomflight_block_state* blocks;
   uint64_t block_count;        /**< at most 2^26 */
+  /* Since 0.2.1: NULL, or segment_count details, one per segment, in the same order. Read only when struct_size
+   * covers it (a caller built against the 0.2.0 header passes 80 bytes). */
+  const struct oomflight_segment_detail* segment_details;
 };
 #define OOMFLIGHT_DUMP_REQUEST_INIT \
-  {sizeof(struct oomflight_dump_request), OOMFLIGHT_DUMP_OOM, NULL, 0, 0, -1, 0, -1, NULL, 0, NULL, 0}
+  {sizeof(struct oomflight_dump_request), OOMFLIGHT_DUMP_OOM, NULL, 0, 0, -1, 0, -1, NULL, 0, NULL, 0, NULL}
 
 /** The outcome of a dump; the written path is oomflight_last_dump_path(). */
 struct oomflight_dump_result {
@@ -283,7 +296,8 @@ OOMFLIGHT_API int oomflight_set_metadata(const char* key, const char* value);
  *  Returns OOMFLIGHT_OK when an archive was written, OOMFLIGHT_EDUMP otherwise (result->status says what was
  *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, request->struct_size below the 0.2 request's
  *  48 bytes, kind out of range, device outside -1 .. 63; an allocator state with a NULL array, more rows than its
- *  limits, a segment's device outside 0 .. 63, a block's state outside 0 .. 2 or a stack id not interned: the
+ *  limits, a segment's device outside 0 .. 63, a block's state outside 0 .. 2, a segment detail's type outside
+ *  -1 .. 1, or a stack id not interned: the
  *  message names the row), OOMFLIGHT_ENOMEM (no host memory for the dump),
  *  OOMFLIGHT_EINTERNAL or OOMFLIGHT_ESTATE. The path written is oomflight_last_dump_path(). Blocks the calling
  *  thread; never throws. */
