@@ -15,15 +15,15 @@ Usage: html_report_chromium.py OOMFLIGHT_CLI SNAPSHOT_DIR
 import glob
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
+import headless_chromium
+from headless_chromium import CHROMIUM
+
 CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
 TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
-CHROMIUM = "/usr/bin/chromium"
 # No OOMFLIGHT_* setting of the caller may change the job; Open MPI refuses root without the two OMPI_ variables.
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -35,26 +35,10 @@ def fail(message):
 
 
 def chromium(work, *args, timeout=120):
-    """Runs headless Chromium with a profile of its own; returns (stdout, stderr). Killed, with all the processes
-    it started (its own process group), when it runs past `timeout` seconds."""
-    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=work)
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
-           "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True, env={**ENV, "HOME": work})
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        fail(f"chromium ran past {timeout} s: {' '.join(cmd)}")
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    if proc.returncode != 0:
-        fail(f"chromium exited with {proc.returncode}: {' '.join(cmd)}\n{err[-3000:]}")
+    """Runs headless Chromium (headless_chromium.py); returns (stdout, stderr), or fails the test."""
+    out, err, failure = headless_chromium.run(work, args, timeout, env=ENV)
+    if failure:
+        fail(failure)
     return out, err
 
 

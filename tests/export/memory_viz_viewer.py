@@ -47,13 +47,13 @@ import os
 import pickle
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
-CHROMIUM = "/usr/bin/chromium"
+import headless_chromium
+from headless_chromium import CHROMIUM
+
 VIEWS = ["Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"]
 MAX_ENTRIES = 15000  # create_trace_view's default max_entries: the largest 15000 elements get a polygon each
 
@@ -263,28 +263,12 @@ try {
 
 
 def chromium_page(work, page, timeout):
-    """Runs headless Chromium on `page` with a profile of its own and returns (dumped DOM, its log, failure or None).
-    Killed, with every process it started (its own process group), past `timeout` seconds."""
-    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=work)
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
-           "--allow-file-access-from-files", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
-           "--dump-dom", "file://" + page]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True, env={**os.environ, "HOME": work})
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-        return out, err, f"chromium ran past its {timeout} s limit (the page hung or the viewer is too slow)"
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    if proc.returncode != 0:
-        return out, err, f"chromium exited with {proc.returncode}: {err[-1500:]}"
-    return out, err, None
+    """Runs headless Chromium (headless_chromium.py) on `page`, its DOM dumped; returns (DOM, log, failure or None)."""
+    out, err, failure = headless_chromium.run(work, ["--allow-file-access-from-files", "--dump-dom", "file://" + page],
+                                              timeout)
+    if failure and "ran past" in failure:
+        failure += " (the page hung or the viewer is too slow)"
+    return out, err, failure
 
 
 def block_addrs(seg):
