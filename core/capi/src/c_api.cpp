@@ -28,7 +28,19 @@ using oomflight::DumpKind;
 using oomflight::DumpResult;
 using oomflight::LogLevel;
 
+// "oomworld": the id every rank gives MPI_COMM_WORLD (oomflight_world_communicator).
+constexpr std::uint64_t kWorldCommunicator = 0x6f6f6d776f726c64ull;
+
 // The C enums are the C++ ones: a mismatch is a compile error, not a wrong archive.
+static_assert(OOMFLIGHT_COLL_ALLREDUCE == static_cast<int>(oomflight::CollectiveOp::allreduce));
+static_assert(OOMFLIGHT_COLL_RECV == static_cast<int>(oomflight::CollectiveOp::recv));
+static_assert(OOMFLIGHT_COLL_OTHER == static_cast<int>(oomflight::CollectiveOp::other));
+static_assert(OOMFLIGHT_COLL_OP_COUNT == oomflight::kCollectiveOpCount);
+static_assert(OOMFLIGHT_DTYPE_BFLOAT16 == static_cast<int>(oomflight::DataType::bfloat16));
+static_assert(OOMFLIGHT_DTYPE_FLOAT8E5M2 == static_cast<int>(oomflight::DataType::float8e5m2));
+static_assert(OOMFLIGHT_DTYPE_OTHER == static_cast<int>(oomflight::DataType::other));
+static_assert(OOMFLIGHT_COLL_DEVICE_COMPLETION == oomflight::kCollectiveDeviceCompletion);
+static_assert(sizeof(oomflight_collective) == 64 && offsetof(oomflight_collective, flags) == 60);
 static_assert(OOMFLIGHT_ALLOC == static_cast<int>(Action::alloc));
 static_assert(OOMFLIGHT_FREE_REQUESTED == static_cast<int>(Action::free_requested));
 static_assert(OOMFLIGHT_FREE_COMPLETED == static_cast<int>(Action::free_completed));
@@ -222,6 +234,9 @@ int init_session(const char* const* names, const char* const* values, size_t cou
       const std::lock_guard lock(g_resolver_mutex);
       g_session->recorder().set_stack_resolver(g_resolver, g_resolver_user);
     }
+    // The job's own communicator, so that an MPI source's records (the replay's all-reduce) name it.
+    g_session->recorder().register_communicator(
+        {kWorldCommunicator, "world", g_session->identity().rank, g_session->identity().world_size});
   } catch (const oomflight::ConfigError& e) {
     return fail(OOMFLIGHT_ECONFIG, e.what());
   } catch (const std::bad_alloc&) {
@@ -328,6 +343,54 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
   }
   return OOMFLIGHT_OK;
 }
+
+int oomflight_record_collective(const struct oomflight_collective* c) {
+  if (!g_session) return not_initialised("oomflight_record_collective");
+  if (c == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_record_collective: record is NULL");
+  if (c->struct_size < sizeof(oomflight_collective)) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record_collective: struct_size {} is below {} (use OOMFLIGHT_COLLECTIVE_INIT)",
+                 c->struct_size, sizeof(oomflight_collective));
+  }
+  if (c->op < 0 || c->op >= OOMFLIGHT_COLL_OP_COUNT) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record_collective: op {} is not an enum oomflight_collective_op", c->op);
+  }
+  if (c->datatype < 0 || c->datatype > 255 || !oomflight::valid_data_type(static_cast<std::uint8_t>(c->datatype))) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record_collective: datatype {} is not an enum oomflight_datatype",
+                 c->datatype);
+  }
+  if (c->phase != OOMFLIGHT_COLL_START && c->phase != OOMFLIGHT_COLL_END) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_record_collective: phase {} is neither start (0) nor end (1)", c->phase);
+  }
+  if (c->peer < -1) return failf(OOMFLIGHT_EINVAL, "oomflight_record_collective: peer {} is below -1", c->peer);
+  oomflight::Collective r;
+  r.comm_id = c->comm_id;
+  r.seq = c->seq;
+  r.count = c->count;
+  const auto type = static_cast<oomflight::DataType>(c->datatype);
+  r.bytes = c->bytes != 0 ? c->bytes : c->count * oomflight::data_type_size(type);
+  r.stream = c->stream;
+  r.peer = c->peer;
+  r.op = static_cast<oomflight::CollectiveOp>(c->op);
+  r.datatype = type;
+  r.phase = static_cast<oomflight::CollectivePhase>(c->phase);
+  r.flags = static_cast<std::uint8_t>(c->flags & OOMFLIGHT_COLL_DEVICE_COMPLETION);
+  g_session->recorder().record_collective(r);
+  return OOMFLIGHT_OK;
+}
+
+int oomflight_register_communicator(uint64_t comm_id, const char* name, int comm_rank, int comm_size) {
+  if (!g_session) return not_initialised("oomflight_register_communicator");
+  if (comm_size < 1 || comm_rank < 0 || comm_rank >= comm_size) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_register_communicator: rank {} of size {} is not 0 .. size - 1 with "
+                 "size >= 1", comm_rank, comm_size);
+  }
+  return guarded("oomflight_register_communicator", [&]() -> int {
+    g_session->recorder().register_communicator({comm_id, name == nullptr ? "" : name, comm_rank, comm_size});
+    return OOMFLIGHT_OK;
+  });
+}
+
+uint64_t oomflight_world_communicator(void) { return kWorldCommunicator; }
 
 int oomflight_set_metadata(const char* key, const char* value) {
   if (!g_session) return not_initialised("oomflight_set_metadata");

@@ -93,11 +93,14 @@ FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {
     if (h.batch >= 0) h.batches.rows.push_back(running_row(running_, h.batch, 0));  // the batch still running
   }
   h.ring = ring_.copy(std::move(storage));
+  h.collectives = collectives_.copy();
+  h.communicators = communicators_.copy();
   h.context = context_.copy();
   // The second anchor after the copy: every copied stamp lies between the two anchors, where the line is exact.
   const ClockAnchor anchor = clock_.anchor();
   const TickConversion to_ns = clock_.conversion(anchor);
   for (Event& e : h.ring.events) e.t_ns = to_ns(e.t_ns);
+  for (Collective& c : h.collectives.records) c.t_ns = to_ns(c.t_ns);
   resolve_deferred_stacks(h);
   h.stacks = stacks_.copy();
   h.anchor_monotonic_ns = monotonic_ns();

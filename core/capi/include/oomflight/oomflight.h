@@ -193,6 +193,73 @@ struct oomflight_dump_result {
 };
 #define OOMFLIGHT_DUMP_RESULT_INIT {sizeof(struct oomflight_dump_result), OOMFLIGHT_DUMP_FAILED, 0, 0, -1, 0.0}
 
+/** Collective and point-to-point operations (since 0.2.1), the archive's /collectives `op` enumeration
+ *  (docs/archive-format.md): never renumbered, only appended. Names as NCCL's API spells them (ncclAllReduce ...). */
+enum oomflight_collective_op {
+  OOMFLIGHT_COLL_ALLREDUCE = 0,
+  OOMFLIGHT_COLL_ALLGATHER = 1,
+  OOMFLIGHT_COLL_REDUCESCATTER = 2,
+  OOMFLIGHT_COLL_BROADCAST = 3,
+  OOMFLIGHT_COLL_REDUCE = 4,
+  OOMFLIGHT_COLL_ALLTOALL = 5,
+  OOMFLIGHT_COLL_SEND = 6,      /**< point-to-point: peer = the receiving rank */
+  OOMFLIGHT_COLL_RECV = 7,      /**< point-to-point: peer = the sending rank */
+  OOMFLIGHT_COLL_GATHER = 8,
+  OOMFLIGHT_COLL_SCATTER = 9,
+  OOMFLIGHT_COLL_BARRIER = 10,
+  OOMFLIGHT_COLL_OTHER = 11,    /**< an operation with no name here */
+  OOMFLIGHT_COLL_OP_COUNT = 12
+};
+
+/** Element types of a collective: NCCL's ncclDataType_t values (nccl.h, 2.19+), so an NCCL source passes its own;
+ *  OOMFLIGHT_DTYPE_OTHER for anything else (an MPI derived type: give `bytes`). */
+enum oomflight_datatype {
+  OOMFLIGHT_DTYPE_INT8 = 0,
+  OOMFLIGHT_DTYPE_UINT8 = 1,
+  OOMFLIGHT_DTYPE_INT32 = 2,
+  OOMFLIGHT_DTYPE_UINT32 = 3,
+  OOMFLIGHT_DTYPE_INT64 = 4,
+  OOMFLIGHT_DTYPE_UINT64 = 5,
+  OOMFLIGHT_DTYPE_FLOAT16 = 6,
+  OOMFLIGHT_DTYPE_FLOAT32 = 7,
+  OOMFLIGHT_DTYPE_FLOAT64 = 8,
+  OOMFLIGHT_DTYPE_BFLOAT16 = 9,
+  OOMFLIGHT_DTYPE_FLOAT8E4M3 = 10,
+  OOMFLIGHT_DTYPE_FLOAT8E5M2 = 11,
+  OOMFLIGHT_DTYPE_OTHER = 255
+};
+
+/** Which end of an operation a record marks. */
+enum oomflight_collective_phase {
+  OOMFLIGHT_COLL_START = 0,  /**< the rank entered the operation (called it, or NCCL enqueued it) */
+  OOMFLIGHT_COLL_END = 1     /**< the rank's part of it finished (see OOMFLIGHT_COLL_DEVICE_COMPLETION) */
+};
+
+/** flags of an OOMFLIGHT_COLL_END record: the end is the device finishing the operation (NCCL's kernel, seen
+ *  through the profiler's kernel events); without it the end is the host call returning (a blocking MPI call
+ *  returns when the operation is done; NCCL's returns once it is enqueued). */
+#define OOMFLIGHT_COLL_DEVICE_COMPLETION 0x1u
+
+/** One start or end of a collective or point-to-point operation on one rank (oomflight_record_collective). */
+struct oomflight_collective {
+  uint32_t struct_size;  /**< sizeof(struct oomflight_collective): use OOMFLIGHT_COLLECTIVE_INIT */
+  int32_t op;            /**< enum oomflight_collective_op */
+  uint64_t comm_id;      /**< the communicator: the same value on every rank of it (NCCL's commId/commHash; the
+                              MPI sources use oomflight_world_communicator()) */
+  uint64_t seq;          /**< this rank's sequence number of the operation on the communicator, from 0 (NCCL's
+                              seqNumber); a start and its end carry the same */
+  uint64_t count;        /**< elements */
+  uint64_t bytes;        /**< bytes this rank sends (its buffer); 0: count x the datatype's size */
+  uint64_t stream;       /**< the CUDA stream handle as an integer; 0: none (a host collective) */
+  int32_t datatype;      /**< enum oomflight_datatype */
+  int32_t peer;          /**< the root (broadcast, reduce, gather, scatter) or the peer (send, recv), a rank of the
+                              communicator; -1: none */
+  int32_t phase;         /**< enum oomflight_collective_phase */
+  uint32_t flags;        /**< OOMFLIGHT_COLL_* bits; 0 */
+};
+#define OOMFLIGHT_COLLECTIVE_INIT \
+  {sizeof(struct oomflight_collective), OOMFLIGHT_COLL_OTHER, 0, 0, 0, 0, 0, OOMFLIGHT_DTYPE_OTHER, -1, OOMFLIGHT_COLL_START, 0}
+
 /** OOMFLIGHT_ABI_VERSION of the loaded library. A plugin compares it with the OOMFLIGHT_ABI_VERSION it was
  *  compiled with and refuses to run (never crashes the host) when they differ. Needs no init. */
 OOMFLIGHT_API int oomflight_abi_version(void);
@@ -280,6 +347,27 @@ OOMFLIGHT_API int oomflight_set_stack_resolver(oomflight_stack_resolver resolver
  *  device outside 0 .. 63) or
  *  OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_set_memory(int device, const struct oomflight_memory* memory);
+
+/** Records one start or end of a collective or point-to-point operation, stamped now (the events' clock) with the
+ *  current batch, into the rank's collective history (the newest 16,384 records, beside the event ring; frozen and
+ *  dumped with it: the archive's /collectives). Lock-free, no allocation or system call: one atomic add and a
+ *  64-byte store, so that an NCCL profiler callback can call it. Thread-safe.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (record NULL, struct_size below this header's sizeof, op, datatype or
+ *  phase out of range, peer below -1) or OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_record_collective(const struct oomflight_collective* record);
+
+/** Names a communicator whose operations this rank records: its id (as in oomflight_collective.comm_id), a name
+ *  (e.g. "world", NCCL's commName; NULL or "": none; cut at 47 bytes), this rank's rank in it and its size. The
+ *  archive's /communicators holds every one registered (the newest 4096 per rank), so that the report can say
+ *  "on the world communicator (4 ranks)". Registering an id again replaces its entry. Takes a mutex: once per
+ *  communicator, not per operation. Thread-safe.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (comm_size < 1, comm_rank outside 0 .. comm_size - 1) or
+ *  OOMFLIGHT_ESTATE. */
+OOMFLIGHT_API int oomflight_register_communicator(uint64_t comm_id, const char* name, int comm_rank, int comm_size);
+
+/** The communicator id oomflight's MPI sources (the replay, the launcher's jobs) give MPI_COMM_WORLD: the same
+ *  constant on every rank ("world" registered at oomflight_init under MPI). Needs no init. */
+OOMFLIGHT_API uint64_t oomflight_world_communicator(void);
 
 /** Sets a metadata key/value pair of this rank (epoch, learning rate, batch size, sequence length, ...), stored
  *  with the current batch; every later archive holds every pair set so far (the newest 4096), in the order set,

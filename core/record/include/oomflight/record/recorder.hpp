@@ -10,6 +10,8 @@
 #include "oomflight/api.h"
 #include "oomflight/record/batch_table.hpp"
 #include "oomflight/record/clock.hpp"
+#include "oomflight/record/collective_ring.hpp"
+#include "oomflight/record/communicator_table.hpp"
 #include "oomflight/record/context_log.hpp"
 #include "oomflight/record/event.hpp"
 #include "oomflight/record/event_clock.hpp"
@@ -59,6 +61,9 @@ struct FrozenHistory {
   std::vector<ContextEntry> context;
   /// Events whose deferred stack id the resolver did not turn into a stack (they carry kNoStack).
   std::uint64_t unresolved_stacks = 0;
+  /// The collective history (stamps in ns, like the events') and the communicators registered.
+  CollectiveRingCopy collectives;
+  std::vector<CommunicatorInfo> communicators;
 };
 
 /// Records events into the ring. One per process.
@@ -93,6 +98,17 @@ class OOMFLIGHT_API Recorder {
     return ring_.push(e);
   }
 
+  /// Records a collective or point-to-point record stamped now (by the events' clock, so that both histories share
+  /// one time line) with the current batch; the record's own t_ns and batch are ignored. Lock-free, no allocation.
+  void record_collective(Collective record) noexcept {
+    record.t_ns = clock_.now();
+    record.batch = batch_.load(std::memory_order_relaxed);
+    collectives_.push(record);
+  }
+  /// Registers a communicator (CommunicatorTable::add). Throws std::bad_alloc.
+  void register_communicator(CommunicatorInfo info) { communicators_.add(std::move(info)); }
+  /// Records the collective ring keeps.
+  static constexpr std::size_t kMaxCollectives = 16384;
   /// Ends the running batch (its row goes to the batch table: the current device's figures, the batch's own
   /// peaks, its event counts), starts batch `batch` (>= 0) with its peaks reset to the current figures, and
   /// records a `step` event for it.
@@ -156,6 +172,8 @@ class OOMFLIGHT_API Recorder {
 
   EventClock clock_;
   Ring ring_;
+  CollectiveRing collectives_{kMaxCollectives};
+  CommunicatorTable communicators_;
   BatchTable batches_;
   ContextLog context_;
   mutable std::mutex batch_mutex_;  // guards running_ (mark_batch and freeze)
