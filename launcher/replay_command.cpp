@@ -15,6 +15,7 @@ struct ReplayFlags {
   std::string trace;
   std::string device_memory;
   std::vector<std::string> rank_device_memory;
+  std::vector<std::string> rank_delay;
   int steps = 1;
   int rank_memory_from_step = 0;
   int device = -1;
@@ -34,19 +35,27 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("--device-memory: {}", e.what()));
   }
-  for (const auto& spec : f.rank_device_memory) {
-    const auto eq = spec.find('=');
-    int rank = -1;
-    const auto [end, ec] = std::from_chars(spec.data(), spec.data() + (eq == std::string::npos ? 0 : eq), rank);
-    if (eq == std::string::npos || ec != std::errc() || end != spec.data() + eq || rank < 0) {
-      throw std::invalid_argument(fmt::format("--rank-device-memory '{}': expected RANK=SIZE, e.g. 2=40GiB", spec));
+  // RANK=VALUE, VALUE parsed by `parse`: the flag and the value are named on error.
+  const auto per_rank = [](const std::vector<std::string>& specs, const char* flag, const char* example,
+                           const auto& parse, auto& into) {
+    for (const auto& spec : specs) {
+      const auto eq = spec.find('=');
+      int rank = -1;
+      const auto [end, ec] = std::from_chars(spec.data(), spec.data() + (eq == std::string::npos ? 0 : eq), rank);
+      if (eq == std::string::npos || ec != std::errc() || end != spec.data() + eq || rank < 0) {
+        throw std::invalid_argument(fmt::format("{} '{}': expected RANK=VALUE, e.g. {}", flag, spec, example));
+      }
+      try {
+        into[rank] = parse(spec.substr(eq + 1));
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(fmt::format("{} '{}': {}", flag, spec, e.what()));
+      }
     }
-    try {
-      o.rank_device_memory_bytes[rank] = parse_bytes(spec.substr(eq + 1));
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(fmt::format("--rank-device-memory '{}': {}", spec, e.what()));
-    }
-  }
+  };
+  per_rank(f.rank_device_memory, "--rank-device-memory", "2=40GiB",
+           [](const std::string& v) { return parse_bytes(v); }, o.rank_device_memory_bytes);
+  per_rank(f.rank_delay, "--rank-delay", "3=1s", [](const std::string& v) { return parse_duration(v); },
+           o.rank_delay);
   return o;
 }
 
@@ -59,6 +68,9 @@ Command add_replay(CLI::App& app) {
   sub->add_option("--device-memory", f->device_memory, "Simulated device capacity, e.g. 40GiB")->required();
   sub->add_option("--rank-device-memory", f->rank_device_memory,
                   "Capacity for one rank, RANK=SIZE (repeatable), e.g. 2=40GiB");
+  sub->add_option("--rank-delay", f->rank_delay,
+                  "A straggler: RANK=DURATION (repeatable), e.g. 3=1s: that rank starts every step this much later, as "
+                  "with a slow input pipeline; the others wait for it in the step's all-reduce");
   sub->add_option("--steps", f->steps, "Loops of the trace, one batch each")->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--rank-memory-from-step", f->rank_memory_from_step,

@@ -21,7 +21,8 @@ RankDump dump_of(const RankRow& row, const FrozenHistory& h, const AllocatorStat
                   .context = h.context,
                   .state_segments = state ? std::span<const StateSegmentRow>(state->segments)
                                           : std::span<const StateSegmentRow>(),
-                  .state_blocks = state ? std::span<const StateBlockRow>(state->blocks) : std::span<const StateBlockRow>()};
+                  .state_blocks = state ? std::span<const StateBlockRow>(state->blocks) : std::span<const StateBlockRow>(),
+                  .collectives = h.collectives.records, .communicators = h.communicators};
 }
 }  // namespace
 
@@ -44,6 +45,9 @@ RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const Dum
   row.oom_requested_bytes = is_origin ? request.requested_bytes : 0;
   row.events_recorded = h.ring.recorded;
   row.overwritten = h.ring.overwritten;
+  row.collectives_recorded = h.collectives.recorded;
+  row.collectives_overwritten = h.collectives.overwritten;
+  row.collectives_in_flight = h.collectives.in_flight;
   row.dropped = h.ring.dropped;
   row.unreadable = h.ring.in_flight;
   row.freeze_t_ns = h.freeze_t_ns;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <iterator>
 
+#include "oomflight/format/collective_writer.hpp"
+
 namespace oomflight::protocol {
 
 /// Message tags on the recorder's own duplicated communicator (never the application's).
@@ -38,10 +40,10 @@ struct Vote {
   std::int32_t kind = 0;     ///< DumpKind
   /// NUL-padded, cut at 735 bytes (the origin prints its whole reason itself). PyTorch's OOM message, with its
   /// PYTORCH_CUDA_ALLOC_CONF advice, runs to about 600 bytes; 224 cut it mid-sentence. Every rank gathers every
-  /// vote: 872 bytes a rank (0.45 MB per rank at 512 ranks, once per dump).
+  /// vote: 888 bytes a rank (0.45 MB per rank at 512 ranks, once per dump).
   char reason[736] = {};
   /// Its archive_row_counts(): with every rank's, each rank knows where its rows go without one more collective.
-  std::uint64_t row_counts[11] = {};
+  std::uint64_t row_counts[kArchiveTables] = {};
   /// 1: this rank abandoned a snapshot's write (it yielded to this dump): every rank then stops its snapshots, so
   /// that none waits for a window the others will never write (snapshot_writer.hpp).
   std::int32_t snapshots_broken = 0;
@@ -49,15 +51,15 @@ struct Vote {
   /// replaces: it names the archive (that name) instead of the lowest origin.
   std::int32_t replaces_archive = 0;
 
-  void row_counts_from(const std::array<std::uint64_t, 11>& counts) {
+  void row_counts_from(const ArchiveRowCounts& counts) {
     std::copy(counts.begin(), counts.end(), row_counts);
   }
-  std::array<std::uint64_t, 11> row_counts_as_array() const {
-    std::array<std::uint64_t, 11> counts{};
+  ArchiveRowCounts row_counts_as_array() const {
+    ArchiveRowCounts counts{};
     std::copy(std::begin(row_counts), std::end(row_counts), counts.begin());
     return counts;
   }
 };
-static_assert(sizeof(Vote) == 872);
+static_assert(sizeof(Vote) == 888);
 
 }  // namespace oomflight::protocol

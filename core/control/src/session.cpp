@@ -138,6 +138,8 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     FrozenHistory h = recorder_.freeze(-1);
     // One process: no watcher, no other rank to wait for; written here.
     std::vector<Event> events = snapshot_events(h.ring.events, window.first, window.last);
+    const std::vector<Collective> window_collectives =
+        snapshot_collectives(h.collectives.records, window.first, window.last);
     ArchiveHeader header = executor_->header(
         DumpKind::snapshot, window.first, fmt::format("snapshot of batches {} to {}", window.first, window.last), {},
         {identity_.rank});
@@ -148,8 +150,8 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     const std::string path = executor_->archive_path(DumpKind::snapshot, window.first);
     write_archive(path, header,
                   RankDump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
-                           .batches = h.batches.rows, .context = h.context, .state_segments = {},
-                           .state_blocks = {}});
+                           .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
+                                                .collectives = window_collectives, .communicators = h.communicators});
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
     prune_archives(path, identity_.run_name, config_);
   } catch (const std::exception& e) {

@@ -34,4 +34,13 @@ std::vector<Event> snapshot_events(const std::vector<Event>& events, std::int64_
   return out;
 }
 
+std::vector<Collective> snapshot_collectives(const std::vector<Collective>& records, std::int64_t first,
+                                             std::int64_t last) {
+  std::vector<Collective> out;
+  for (const Collective& c : records) {
+    if (c.batch >= first && c.batch <= last) out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace oomflight

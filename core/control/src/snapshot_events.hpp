@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "oomflight/record/collective.hpp"
 #include "oomflight/record/event.hpp"
 
 namespace oomflight {
@@ -17,5 +18,10 @@ namespace oomflight {
 /// Blocks allocated before the ring's oldest event are not known; the archive's per-batch row of batch first - 1
 /// gives the allocated total at the window's start, so a reader sees how much is unaccounted for.
 std::vector<Event> snapshot_events(const std::vector<Event>& events, std::int64_t first, std::int64_t last);
+
+/// The collective records of batches first .. last (an operation started in the window and ended after it keeps
+/// its start only, as the window saw it).
+std::vector<Collective> snapshot_collectives(const std::vector<Collective>& records, std::int64_t first,
+                                             std::int64_t last);
 
 }  // namespace oomflight

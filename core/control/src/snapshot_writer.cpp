@@ -181,6 +181,7 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
   request.kind = DumpKind::snapshot;
   const RankRow row = executor_.rank_row(h, false, request);
   std::vector<Event> events = snapshot_events(h.ring.events, w.first, w.last);
+  const std::vector<Collective> window_collectives = snapshot_collectives(h.collectives.records, w.first, w.last);
   const std::int64_t deadline = start + to_ns(config_.dump_timeout);
   // Each step is tested, then the deadline and any waiting dump are: a step that completed is never given up.
   const CollectiveWait wait = [&](MPI_Request& step) {
@@ -203,7 +204,8 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
     written = write_archive_collective(name, header,
                                        RankDump{.row = row, .events = events, .stacks = &h.stacks,
                                                 .batches = h.batches.rows, .context = h.context,
-                                                .state_segments = {}, .state_blocks = {}},
+                                                .state_segments = {}, .state_blocks = {},
+                                                .collectives = window_collectives, .communicators = h.communicators},
                                        comm_, CollectiveArchive{.root = 0, .row_counts = {}, .wait = wait});
   } catch (const CollectiveTimeout& e) {
     // A step left pending on the snapshots' communicator: no later window can be agreed on. The watcher stays

@@ -34,6 +34,8 @@ h5::Handle table_type(Table t) {
     case kContext: return h5::context_row_type();
     case kStateSegments: return h5::state_segment_row_type();
     case kStateBlocks: return h5::state_block_row_type();
+    case kCollectives: return h5::collective_row_type();
+    case kCommunicators: return h5::communicator_row_type();
     case kTables: break;
   }
   return {};

@@ -24,6 +24,8 @@ struct LocalRank {
   std::vector<ContextEntry> context;
   std::vector<StateSegmentRow> state_segments;
   std::vector<StateBlockRow> state_blocks;
+  std::vector<Collective> collectives;
+  std::vector<CommunicatorInfo> communicators;
   StackTableCopy stacks;
 };
 
@@ -49,6 +51,13 @@ LocalRank localise(const Archive& a, const RankRow& row) {
   for (const StateBlockRow& b : a.state_blocks_of(row.rank)) {  // the reader checked the ids are this rank's
     out.state_blocks.push_back(b);
     if (b.stack_id != kNoStack) out.state_blocks.back().stack_id = static_cast<std::int32_t>(b.stack_id - row.stack_offset);
+  }
+  for (const CollectiveRow& c : a.collectives_of(row.rank)) {
+    out.collectives.push_back(Collective{c.t_ns, c.comm_id, c.seq, c.count, c.bytes, c.stream, c.batch, c.peer, c.op,
+                                         c.datatype, c.phase, c.flags});
+  }
+  for (const CommunicatorRow& c : a.communicators_of(row.rank)) {
+    out.communicators.push_back(CommunicatorInfo{c.comm_id, fixed_string(c.name), c.comm_rank, c.comm_size});
   }
   for (const BatchRow& b : a.batches_of(row.rank)) {
     out.batches.push_back(BatchStats{b.batch, b.start_t_ns, b.end_t_ns, b.device, 0, b.allocated_bytes,
@@ -165,7 +174,8 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   std::vector<RankDump> dumps;
   dumps.reserve(ranks.size());
   for (const LocalRank& r : ranks) {
-    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context, r.state_segments, r.state_blocks});
+    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context, r.state_segments, r.state_blocks,
+                             r.collectives, r.communicators});
   }
   write_archive_ranks(output, header, dumps);
   return header;

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sys/stat.h>
 
 #include <fmt/format.h>
@@ -192,6 +193,23 @@ void check_consistency(const Archive& a, const Reader& r) {
   check_groups(a.context, "/context");
   check_groups(a.state_segments, "/state_segments");
   check_groups(a.state_blocks, "/state_blocks");
+  check_groups(a.collectives, "/collectives");
+  check_groups(a.communicators, "/communicators");
+  for (std::size_t i = 0; i < a.collectives.size(); ++i) {
+    const CollectiveRow& c = a.collectives[i];
+    const auto op = static_cast<int>(c.op);
+    if (op < 0 || op >= kCollectiveOpCount || !valid_data_type(static_cast<std::uint8_t>(c.datatype)) ||
+        static_cast<int>(c.phase) > 1 || c.peer < -1) {
+      r.fail(fmt::format("/collectives row {}: op {}, datatype {}, phase {} or peer {} is out of range", i, op,
+                         static_cast<int>(c.datatype), static_cast<int>(c.phase), c.peer));
+    }
+  }
+  for (std::size_t i = 0; i < a.communicators.size(); ++i) {
+    const CommunicatorRow& c = a.communicators[i];
+    if (c.comm_size < 1 || c.comm_rank < 0 || c.comm_rank >= c.comm_size) {
+      r.fail(fmt::format("/communicators row {}: rank {} of size {} is out of range", i, c.comm_rank, c.comm_size));
+    }
+  }
   // A state row's stack: none, or one of its own rank's stacks (global ids).
   const auto own_stack = [&a](std::int32_t rank, std::int32_t stack_id) {
     const RankRow* row = a.rank_row(rank);
@@ -278,6 +296,8 @@ std::span<const Row> group_of(const std::vector<Row>& rows, int rank) {
 }  // namespace
 
 std::span<const BatchRow> Archive::batches_of(int rank) const { return group_of(batches, rank); }
+std::span<const CollectiveRow> Archive::collectives_of(int rank) const { return group_of(collectives, rank); }
+std::span<const CommunicatorRow> Archive::communicators_of(int rank) const { return group_of(communicators, rank); }
 
 std::span<const ContextRow> Archive::context_of(int rank) const { return group_of(context, rank); }
 
@@ -368,7 +388,21 @@ Archive read_archive(const std::string& path) {
   a.path = path;
   a.header = read_header(r);
 
-  a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
+  {
+    // Before 0.2.1 a /ranks row ended before the collective counts: read that prefix, the counts stay 0.
+    const auto v0 = h5::rank_row_type_v0();
+    if (r.has_row_type(dataset::ranks, v0)) {
+      struct Prefix {
+        unsigned char bytes[h5::kRankRowV0Bytes];
+      };
+      for (const Prefix& p : r.rows<Prefix>(dataset::ranks, v0)) {
+        RankRow& row = a.ranks.emplace_back();
+        std::memcpy(static_cast<void*>(&row), p.bytes, sizeof(p.bytes));
+      }
+    } else {
+      a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
+    }
+  }
   {
     // 0.2.0's events have the same layout without `flags`: read with that type, flags stay 0.
     const auto v0 = h5::event_type_v0();
@@ -404,6 +438,12 @@ Archive read_archive(const std::string& path) {
   }
   if (r.has_dataset(dataset::state_blocks)) {
     a.state_blocks = r.rows<StateBlockRow>(dataset::state_blocks, h5::state_block_row_type());
+  }
+  if (r.has_dataset(dataset::collectives)) {
+    a.collectives = r.rows<CollectiveRow>(dataset::collectives, h5::collective_row_type());
+  }
+  if (r.has_dataset(dataset::communicators)) {
+    a.communicators = r.rows<CommunicatorRow>(dataset::communicators, h5::communicator_row_type());
   }
   const auto string_rows = r.rows<StringRow>(dataset::strings, h5::string_row_type());
   const auto data = r.rows<char>(dataset::string_data, H5T_NATIVE_UINT8);

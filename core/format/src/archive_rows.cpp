@@ -11,7 +11,7 @@ const char* table_name(Table t) {
   static constexpr std::array<const char*, kTables> names = {
       dataset::ranks,   dataset::events,      dataset::stacks,  dataset::stack_frames,   dataset::frames,
       dataset::strings, dataset::string_data, dataset::batches, dataset::context,        dataset::state_segments,
-      dataset::state_blocks};
+      dataset::state_blocks, dataset::collectives, dataset::communicators};
   return names[static_cast<std::size_t>(t)];
 }
 
@@ -19,7 +19,7 @@ std::size_t row_bytes(Table t) {
   static constexpr std::array<std::size_t, kTables> sizes = {
       sizeof(RankRow),   sizeof(Event),       sizeof(StackRow), sizeof(std::uint32_t),   sizeof(FrameRow),
       sizeof(StringRow), sizeof(std::uint8_t), sizeof(BatchRow), sizeof(ContextRow),     sizeof(StateSegmentRow),
-      sizeof(StateBlockRow)};
+      sizeof(StateBlockRow), sizeof(CollectiveRow), sizeof(CommunicatorRow)};
   return sizes[static_cast<std::size_t>(t)];
 }
 
@@ -38,6 +38,8 @@ Counts local_counts(const RankDump& d) {
   c[kContext] = d.context.size();
   c[kStateSegments] = d.state_segments.size();
   c[kStateBlocks] = d.state_blocks.size();
+  c[kCollectives] = d.collectives.size();
+  c[kCommunicators] = d.communicators.size();
   return c;
 }
 
@@ -61,6 +63,8 @@ std::span<const std::uint8_t> RankRows::bytes(Table t) const {
     case kContext: return as_bytes(context);
     case kStateSegments: return as_bytes(state_segments);
     case kStateBlocks: return as_bytes(state_blocks);
+    case kCollectives: return as_bytes(collectives);
+    case kCommunicators: return as_bytes(communicators);
     case kTables: break;
   }
   return {};
@@ -121,6 +125,18 @@ RankRows global_rows(const RankDump& d, const Counts& at) {
   for (auto& b : g.state_blocks) {
     b.rank = d.row.rank;
     if (b.stack_id != kNoStack) b.stack_id += g.event_stack_shift;
+  }
+  g.collectives.reserve(d.collectives.size());
+  for (const Collective& c : d.collectives) g.collectives.push_back(collective_row(d.row.rank, c));
+  g.communicators.reserve(d.communicators.size());
+  for (const CommunicatorInfo& c : d.communicators) {
+    CommunicatorRow row;
+    row.rank = d.row.rank;
+    row.comm_rank = c.comm_rank;
+    row.comm_size = c.comm_size;
+    row.comm_id = c.comm_id;
+    set_fixed_string(row.name, c.name);
+    g.communicators.push_back(row);
   }
   return g;
 }

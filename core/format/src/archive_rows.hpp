@@ -14,7 +14,7 @@ namespace oomflight::format_detail {
 /// The archive's datasets, in the order their rows are counted, laid out and written.
 enum Table : int {
   kRanks, kEvents, kStacks, kStackFrames, kFrames, kStrings, kStringData, kBatches, kContext, kStateSegments,
-  kStateBlocks, kTables
+  kStateBlocks, kCollectives, kCommunicators, kTables
 };
 
 /// Rows per dataset (bytes for kStringData).
@@ -47,6 +47,8 @@ struct RankRows {
   std::vector<ContextRow> context;
   std::vector<StateSegmentRow> state_segments;
   std::vector<StateBlockRow> state_blocks;
+  std::vector<CollectiveRow> collectives;
+  std::vector<CommunicatorRow> communicators;
 
   /// The rows of table `t` as bytes (for kEvents, the events as recorded: see event_stack_shift).
   std::span<const std::uint8_t> bytes(Table t) const;

@@ -68,6 +68,47 @@ Handle state_block_row_type() {
   return t;
 }
 
+Handle collective_op_enum_type() {
+  Handle t = type(H5Tenum_create(H5T_NATIVE_UINT8));
+  for (int i = 0; i < kCollectiveOpCount; ++i) {
+    const auto value = static_cast<std::uint8_t>(i);
+    H5Tenum_insert(t, std::string(collective_op_name(static_cast<CollectiveOp>(i))).c_str(), &value);
+  }
+  return t;
+}
+
+Handle collective_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(CollectiveRow)));
+#define OOMFLIGHT_COLL_FIELD(name, h5type) H5Tinsert(t, #name, offsetof(CollectiveRow, name), h5type)
+  OOMFLIGHT_COLL_FIELD(rank, H5T_NATIVE_INT32);
+  OOMFLIGHT_COLL_FIELD(peer, H5T_NATIVE_INT32);
+  OOMFLIGHT_COLL_FIELD(t_ns, H5T_NATIVE_INT64);
+  OOMFLIGHT_COLL_FIELD(comm_id, H5T_NATIVE_UINT64);
+  OOMFLIGHT_COLL_FIELD(seq, H5T_NATIVE_UINT64);
+  OOMFLIGHT_COLL_FIELD(count, H5T_NATIVE_UINT64);
+  OOMFLIGHT_COLL_FIELD(bytes, H5T_NATIVE_UINT64);
+  OOMFLIGHT_COLL_FIELD(stream, H5T_NATIVE_UINT64);
+  OOMFLIGHT_COLL_FIELD(batch, H5T_NATIVE_INT64);
+  auto op = collective_op_enum_type();
+  OOMFLIGHT_COLL_FIELD(op, op);
+  OOMFLIGHT_COLL_FIELD(datatype, H5T_NATIVE_UINT8);
+  OOMFLIGHT_COLL_FIELD(phase, H5T_NATIVE_UINT8);
+  OOMFLIGHT_COLL_FIELD(flags, H5T_NATIVE_UINT8);
+#undef OOMFLIGHT_COLL_FIELD
+  return t;
+}
+
+Handle communicator_row_type() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(CommunicatorRow)));
+  H5Tinsert(t, "rank", offsetof(CommunicatorRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t, "comm_rank", offsetof(CommunicatorRow, comm_rank), H5T_NATIVE_INT32);
+  H5Tinsert(t, "comm_size", offsetof(CommunicatorRow, comm_size), H5T_NATIVE_INT32);
+  H5Tinsert(t, "comm_id", offsetof(CommunicatorRow, comm_id), H5T_NATIVE_UINT64);
+  auto name = fixed_string_type(sizeof(CommunicatorRow::name));
+  H5Tinsert(t, "name", offsetof(CommunicatorRow, name), name);
+  return t;
+}
+
 Handle context_row_type() {
   Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(ContextRow)));
   H5Tinsert(t, "rank", offsetof(ContextRow, rank), H5T_NATIVE_INT32);
@@ -115,7 +156,16 @@ Handle event_type_v0() {
 }
 
 Handle rank_row_type() {
-  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(RankRow)));
+  Handle t = rank_row_type_v0();
+  H5Tset_size(t, sizeof(RankRow));
+  H5Tinsert(t, "collectives_recorded", offsetof(RankRow, collectives_recorded), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "collectives_overwritten", offsetof(RankRow, collectives_overwritten), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "collectives_in_flight", offsetof(RankRow, collectives_in_flight), H5T_NATIVE_UINT64);
+  return t;
+}
+
+Handle rank_row_type_v0() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, kRankRowV0Bytes));
 #define OOMFLIGHT_FIELD(name, h5type) H5Tinsert(t, #name, offsetof(RankRow, name), h5type)
   OOMFLIGHT_FIELD(rank, H5T_NATIVE_INT32);
   OOMFLIGHT_FIELD(local_rank, H5T_NATIVE_INT32);

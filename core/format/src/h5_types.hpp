@@ -1,9 +1,15 @@
 // HDF5 types of the archive's datasets (internal to the format wing): used by both the writer and the reader.
 #pragma once
 
+#include <cstddef>
+
 #include "h5_handle.hpp"
+#include "oomflight/format/archive_schema.hpp"
 
 namespace oomflight::h5 {
+
+/// Bytes of a /ranks row before 0.2.1: RankRow up to its collective counts.
+inline constexpr std::size_t kRankRowV0Bytes = offsetof(RankRow, collectives_recorded);
 
 /// Enumeration over uint8 whose member names are the Action names (alloc, free_requested, ...).
 Handle action_enum_type();
@@ -11,7 +17,14 @@ Handle action_enum_type();
 Handle event_type();
 /// Event's type as 0.2.0 wrote it: the same layout without `flags` (readers take flags as 0).
 Handle event_type_v0();
+/// RankRow since 0.2.1; rank_row_type_v0: the rows before it, kRankRowV0Bytes (RankRow's prefix, without the
+/// collective counts).
 Handle rank_row_type();
+Handle rank_row_type_v0();
+/// Enumeration over uint8 whose member names are the CollectiveOp names.
+Handle collective_op_enum_type();
+Handle collective_row_type();
+Handle communicator_row_type();
 Handle stack_row_type();
 Handle frame_row_type();
 Handle string_row_type();

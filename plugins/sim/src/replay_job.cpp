@@ -111,17 +111,29 @@ class Pacer {
 
 // Loops the trace; returns the failure if the device ran out of memory.
 std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi, Pacer* pacer,
-                                     int capacity_step, std::uint64_t capacity_then) {
+                                     int capacity_step, std::uint64_t capacity_then, std::chrono::milliseconds delay) {
   for (int step = 0; step < steps; ++step) {
-    if (pacer) pacer->restart();
     oomflight_mark_batch(step);
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);  // a straggler's slow input pipeline
+    if (pacer) pacer->restart();
     if (step == capacity_step && capacity_step > 0) device.set_capacity(capacity_then);
     std::optional<OutOfMemory> oom = step > 0 ? device.rewind(sink) : std::nullopt;
     if (!oom) oom = device.replay(sink);
     if (oom) return oom;
     if (mpi) {  // the gradient all-reduce: a rank that failed never arrives, so the others block here
       double grad = 1.0, sum = 0.0;
+      // Recorded as any source records its collectives: the start before the call, the end once it returned (a
+      // blocking MPI call returns when the operation is done). The rank's n-th all-reduce is sequence number n.
+      struct oomflight_collective c = OOMFLIGHT_COLLECTIVE_INIT;
+      c.op = OOMFLIGHT_COLL_ALLREDUCE;
+      c.comm_id = oomflight_world_communicator();
+      c.seq = static_cast<std::uint64_t>(step);
+      c.count = 1;
+      c.datatype = OOMFLIGHT_DTYPE_FLOAT64;
+      oomflight_record_collective(&c);
       MPI_Allreduce(&grad, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      c.phase = OOMFLIGHT_COLL_END;
+      oomflight_record_collective(&c);
     }
   }
   return std::nullopt;
@@ -183,7 +195,8 @@ int run_replay_job(const ReplayOptions& o) {
   Pacer pacer;
   if (o.pace) device->set_pacer([&pacer](std::int64_t time_us) { pacer(time_us); });
   const auto oom =
-      run_steps(*device, *sink, o.steps, mpi, o.pace ? &pacer : nullptr, o.rank_memory_from_step, rank_capacity);
+      run_steps(*device, *sink, o.steps, mpi, o.pace ? &pacer : nullptr, o.rank_memory_from_step, rank_capacity,
+                o.rank_delay.contains(rank) ? o.rank_delay.at(rank) : std::chrono::milliseconds(0));
   if (oom) {
     if (oomflight_is_oom("torch.OutOfMemoryError", oom->message.c_str())) {
       // The simulated allocator already recorded its oom event; ask for the dump with PyTorch's figures.

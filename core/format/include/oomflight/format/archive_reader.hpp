@@ -28,6 +28,8 @@ struct OOMFLIGHT_API Archive {
   std::vector<ContextRow> context;  ///< empty for archives written before 0.3.0
   std::vector<StateSegmentRow> state_segments;  ///< the allocator state at the freeze, where a source gave it
   std::vector<StateBlockRow> state_blocks;
+  std::vector<CollectiveRow> collectives;      ///< empty for archives before 0.2.1
+  std::vector<CommunicatorRow> communicators;  ///< empty for archives before 0.2.1
 
   /// The row of `rank`, or nullptr when that rank is not present.
   const RankRow* rank_row(int rank) const;
@@ -40,6 +42,9 @@ struct OOMFLIGHT_API Archive {
   /// The allocator state of one rank at the freeze (empty when its source gave none: rebuild it from its events).
   std::span<const StateSegmentRow> state_segments_of(int rank) const;
   std::span<const StateBlockRow> state_blocks_of(int rank) const;
+  /// The collective records of one rank, oldest first, and the communicators it registered.
+  std::span<const CollectiveRow> collectives_of(int rank) const;
+  std::span<const CommunicatorRow> communicators_of(int rank) const;
   /// The frames of a stack, innermost first; empty for kNoStack or an id out of range.
   std::vector<const FrameRow*> stack(std::int32_t stack_id) const;
   /// A string by id; "" when out of range.

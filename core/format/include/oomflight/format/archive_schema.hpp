@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "oomflight/api.h"
+#include "oomflight/record/collective.hpp"
 #include "oomflight/record/event.hpp"
 
 namespace oomflight {
@@ -40,6 +41,8 @@ inline constexpr const char* batches = "batches";            ///< BatchRow, by r
 inline constexpr const char* context = "context";            ///< ContextRow, by rank (optional: 0.3.0 on)
 inline constexpr const char* state_segments = "state_segments";  ///< StateSegmentRow, by rank (optional)
 inline constexpr const char* state_blocks = "state_blocks";      ///< StateBlockRow, by rank (optional)
+inline constexpr const char* collectives = "collectives";        ///< CollectiveRow, by rank (optional, 0.2.1 on)
+inline constexpr const char* communicators = "communicators";    ///< CommunicatorRow, by rank (optional, 0.2.1 on)
 }  // namespace dataset
 
 /// Why an archive was written: the root attribute `kind`. One dump path serves every kind.
@@ -115,6 +118,12 @@ struct RankRow {
   std::int64_t anchor_realtime_ns = 0;      ///< utc_ns(t) = t - anchor_monotonic_ns + anchor_realtime_ns
   char host[64] = {};                       ///< NUL-padded
   char reason[256] = {};                    ///< origin: why it dumped (the error message); NUL-padded
+  /// The collective history (since 0.2.1; archives before it lack the three members, read as 0): records offered
+  /// to the rank's collective ring up to the freeze, pushed out of its bound by newer ones, and being written at
+  /// the copy. recorded = rows in /collectives + overwritten + in flight.
+  std::uint64_t collectives_recorded = 0;
+  std::uint64_t collectives_overwritten = 0;
+  std::uint64_t collectives_in_flight = 0;
 };
 
 /// One row of /batches: one batch of one rank (BatchStats, in record/batch_table.hpp, says what each field is).
@@ -205,6 +214,43 @@ struct StateBlockRow {
   std::uint64_t requested_size = 0;   ///< bytes
   BlockState state = BlockState::inactive;
   std::uint8_t reserved[7] = {};      ///< padding, not a member of the HDF5 type
+};
+
+/// One row of /collectives: one start or end of a collective or point-to-point operation on one rank (Collective,
+/// in record/collective.hpp, says what each field is). Rows are grouped by rank in the order of /ranks, each
+/// rank's oldest first. 72 bytes. Optional: archives before 0.2.1, and ranks that recorded none, have no rows.
+struct CollectiveRow {
+  std::int32_t rank = 0;
+  std::int32_t peer = -1;             ///< root or peer, a rank of the communicator; -1: none
+  std::int64_t t_ns = 0;              ///< monotonic ns, as /events
+  std::uint64_t comm_id = 0;          ///< /communicators' comm_id
+  std::uint64_t seq = 0;              ///< the rank's sequence number of the operation on the communicator
+  std::uint64_t count = 0;            ///< elements
+  std::uint64_t bytes = 0;            ///< this rank's buffer
+  std::uint64_t stream = 0;
+  std::int64_t batch = -1;
+  CollectiveOp op = CollectiveOp::other;
+  DataType datatype = DataType::other;
+  CollectivePhase phase = CollectivePhase::start;
+  std::uint8_t flags = 0;             ///< kCollectiveDeviceCompletion
+  std::uint8_t reserved[4] = {};      ///< padding, not a member of the HDF5 type
+};
+
+/// The row of one rank's record.
+inline CollectiveRow collective_row(std::int32_t rank, const Collective& c) {
+  return CollectiveRow{rank,        c.peer,   c.t_ns,     c.comm_id, c.seq,   c.count, c.bytes,
+                       c.stream,    c.batch,  c.op,       c.datatype, c.phase, c.flags, {}};
+}
+
+/// One row of /communicators: a communicator one rank registered (its id as in /collectives, its name, the rank's
+/// rank in it, its size). Grouped by rank like /collectives. Optional.
+struct CommunicatorRow {
+  std::int32_t rank = 0;
+  std::int32_t comm_rank = 0;
+  std::int32_t comm_size = 1;
+  std::int32_t reserved = 0;          ///< padding, not a member of the HDF5 type
+  std::uint64_t comm_id = 0;
+  char name[48] = {};                 ///< NUL-padded; "world" for MPI_COMM_WORLD, NCCL's commName, or empty
 };
 
 /// Root attributes.

@@ -11,6 +11,8 @@
 #include "oomflight/api.h"
 #include "oomflight/format/archive_schema.hpp"
 #include "oomflight/record/batch_table.hpp"
+#include "oomflight/record/collective.hpp"
+#include "oomflight/record/communicator_table.hpp"
 #include "oomflight/record/context_log.hpp"
 #include "oomflight/record/stack_table.hpp"
 
@@ -28,6 +30,10 @@ struct RankDump {
   /// this dump's own (`stacks`), `rank` fields are ignored (the row's rank is written).
   std::span<const StateSegmentRow> state_segments;
   std::span<const StateBlockRow> state_blocks;
+  /// The collective history, oldest first (/collectives; its counts are the row's collectives_* members), and the
+  /// communicators the rank registered (/communicators).
+  std::span<const Collective> collectives;
+  std::span<const CommunicatorInfo> communicators;
 };
 
 /// How much write_archive() does to prove that a file reached the disk before it gets its name.

@@ -27,7 +27,8 @@ using CollectiveWait = std::function<bool(MPI_Request& request)>;
 
 /// How many rows of each dataset one rank adds to an archive (/ranks, /events, ... in the order of
 /// docs/archive-format.md; bytes for /string_data). Exchanged by the ranks so that each knows where its rows go.
-using ArchiveRowCounts = std::array<std::uint64_t, 11>;
+inline constexpr std::size_t kArchiveTables = 13;
+using ArchiveRowCounts = std::array<std::uint64_t, kArchiveTables>;
 
 /// `dump`'s row counts. Throws std::invalid_argument when dump.stacks is null.
 ArchiveRowCounts archive_row_counts(const RankDump& dump);

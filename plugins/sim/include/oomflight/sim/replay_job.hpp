@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -17,6 +18,9 @@ struct ReplayOptions {
   std::string trace;                                     ///< a torch.cuda.memory._dump_snapshot() pickle
   std::uint64_t device_memory_bytes = 0;                 ///< every rank's simulated device capacity, bytes
   std::map<int, std::uint64_t> rank_device_memory_bytes; ///< capacities for single ranks, bytes
+  /// Stragglers: a rank here sleeps this long at the start of every step (a slow input pipeline), so that the
+  /// others finish the step first and wait for it in the all-reduce.
+  std::map<int, std::chrono::milliseconds> rank_delay;
   int steps = 1;                                         ///< loops of the trace, one batch each (>= 1)
   /// The step from which rank_device_memory_bytes apply; before it every rank has device_memory_bytes (0: from the
   /// start). A rank then runs out of memory later in the job, after snapshots and batches of its own.
