@@ -22,10 +22,11 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "demo: mpirun --oversubscribe -np 4 oomflight run --run-name demo -- oomflight replay $(basename "$trace")" \
-     "--device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace"
+     "--device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace --rank-delay 2=1s --rank-delay 3=1500ms"
 set +e
 mpirun --oversubscribe -np 4 "$oomflight" run --run-name demo -- \
-  "$oomflight" replay "$trace" --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace 2>&1 | tee job.log
+  "$oomflight" replay "$trace" --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace \
+  --rank-delay 2=1s --rank-delay 3=1500ms 2>&1 | tee job.log
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -eq 0 ]; then
@@ -47,7 +48,13 @@ if [ "${#archives[@]}" -ne 1 ]; then
   exit 1
 fi
 echo "demo: $oomflight report ${archives[0]}"
-"$oomflight" report "${archives[0]}" --top 5 --frames 3
+"$oomflight" report "${archives[0]}" --top 5 --frames 3 | tee report.txt
+# Ranks 0 and 1 finished batch 0 a second before rank 2 (a straggler) ran out of memory in it: they wait in the
+# all-reduce it never entered. Rank 3, slower still, was computing batch 0.
+if ! grep -q "ranks 0, 1 wait in allreduce #0 on the world communicator (4 ranks; 8 B), which rank 2 never entered: it ran out of memory in batch 0" report.txt; then
+  echo "demo: FAILED: the report does not name the ranks waiting in the all-reduce that rank 2 never entered" >&2
+  exit 1
+fi
 echo "demo: h5ls ${archives[0]}"
 h5ls "${archives[0]}"
 # The same archive for the tools people already use: a page to open in a browser, PyTorch snapshots for

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "oomflight/analysis/collectives.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
@@ -107,6 +108,39 @@ std::string context_lines(const Archive& a, int rank) {
   return out;
 }
 
+// Which collective each rank was in at the freeze, and per communicator the one line that says who never arrived.
+// Empty for an archive without collectives.
+std::string collectives_text(const Archive& a) {
+  const CollectiveAnalysis c = analyze_collectives(a);
+  if (c.empty()) return {};
+  std::string out = "collectives at the freeze:\n";
+  for (const CommunicatorVerdict& v : c.communicators) {
+    const auto lines = describe_verdict(a, c, v);
+    if (lines.empty()) {
+      out += fmt::format("  all {} ranks of {} finished {} #{}; none was inside an operation on it\n", v.members.size(),
+                         communicator_label(v), collective_op_name(v.op), v.seq);
+      continue;
+    }
+    for (std::size_t i = 0; i < lines.size(); ++i) out += fmt::format("  {}{}\n", i == 0 ? "" : "  ", lines[i]);
+  }
+  out += "  per rank (the operation in flight at the freeze, else the last finished):\n";
+  for (const RankCollectiveState& s : c.ranks) {
+    if (s.in_flight >= 0) {
+      const RankOperation& op = s.operations[static_cast<std::size_t>(s.in_flight)];
+      out += fmt::format("    rank {}: in {}, entered in batch {}, {} before the freeze\n", s.rank, describe_operation(op),
+                         op.batch, format_seconds(static_cast<double>(s.freeze_t_ns - op.start_t_ns) * 1e-9));
+    } else if (s.last_finished >= 0) {
+      const RankOperation& op = s.operations[static_cast<std::size_t>(s.last_finished)];
+      out += fmt::format("    rank {}: in none; last finished {} in batch {}, {} before the freeze{}\n", s.rank,
+                         describe_operation(op), op.batch, format_seconds(static_cast<double>(s.freeze_t_ns - op.end_t_ns) * 1e-9),
+                         s.is_origin ? " (the origin)" : "");
+    } else {
+      out += fmt::format("    rank {}: none recorded{}\n", s.rank, s.is_origin ? " (the origin)" : "");
+    }
+  }
+  return out;
+}
+
 std::string ranks_text(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
 }
@@ -173,6 +207,10 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   if (const std::string peaks = batch_peaks(a, pm, 8); !peaks.empty()) {
     line("");
     out += peaks;
+  }
+  if (const std::string collectives = collectives_text(a); !collectives.empty()) {
+    line("");
+    out += collectives;
   }
   if (pm.origins.empty() && pm.largest_rank >= 0) {
     const RankRow* r = a.rank_row(pm.largest_rank);

@@ -1,0 +1,85 @@
+// Which collective every rank was in when the job died: the archive's /collectives paired into operations per rank,
+// and per communicator the newest operation any rank entered, with the ranks inside it, past it and short of it.
+// Analysis only: the text report, the HTML page and the Perfetto export render it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oomflight/api.h"
+#include "oomflight/format/archive_reader.hpp"
+
+namespace oomflight {
+
+/// One operation on one rank: its start record with its end. Times in monotonic ns of the rank's host.
+struct RankOperation {
+  std::uint64_t comm_id = 0;
+  std::uint64_t seq = 0;
+  CollectiveOp op = CollectiveOp::other;
+  DataType datatype = DataType::other;
+  std::uint64_t count = 0;           ///< elements
+  std::uint64_t bytes = 0;
+  std::int32_t peer = -1;            ///< root or peer; -1 none
+  std::int64_t batch = -1;           ///< the batch it started in
+  std::int64_t start_t_ns = 0;       ///< 0: the start is not in the history (overwritten), only the end
+  std::int64_t end_t_ns = 0;         ///< 0: not finished at the freeze
+  bool device_completion = false;    ///< the end is the device finishing it (else the host call returning)
+  bool finished() const { return end_t_ns != 0; }
+};
+
+/// One rank's operations and where it stood at the freeze.
+struct RankCollectiveState {
+  int rank = 0;
+  bool is_origin = false;
+  std::int64_t batch = -1;           ///< the rank's batch at the freeze
+  std::int64_t freeze_t_ns = 0;
+  std::vector<RankOperation> operations;  ///< oldest first
+  int in_flight = -1;                ///< index of the newest operation started and not finished; -1: none
+  int last_finished = -1;            ///< index of the newest finished operation; -1: none
+};
+
+/// One communicator at its frontier: the operation with the highest sequence number any rank entered.
+struct CommunicatorVerdict {
+  std::uint64_t comm_id = 0;
+  std::string name;                  ///< as registered ("world", NCCL's commName); empty when none
+  int size = 0;                      ///< as registered; 0 when not registered
+  std::vector<int> members;          ///< job ranks present that registered it or recorded on it, ascending
+  std::uint64_t seq = 0;             ///< the frontier
+  CollectiveOp op = CollectiveOp::other;  ///< as the first rank that entered it recorded it
+  std::uint64_t bytes = 0;
+  std::vector<int> waiting;          ///< inside it at the freeze (entered, not finished)
+  std::vector<int> finished;         ///< past it
+  std::vector<int> short_of_it;      ///< never entered it, one operation short (their newest is seq - 1)
+  std::vector<int> behind;           ///< never entered it, more than one short (or never entered any)
+  std::vector<int> different_op;     ///< entered sequence number `seq` as another operation
+  /// The newest sequence number each member entered, -1 for none, in the order of `members`.
+  std::vector<std::int64_t> newest_seq;
+};
+
+/// Every rank's operations and every communicator's verdict.
+struct CollectiveAnalysis {
+  std::vector<RankCollectiveState> ranks;         ///< every rank present, by rank
+  std::vector<CommunicatorVerdict> communicators;  ///< communicators with records, by comm_id
+  bool empty() const { return communicators.empty(); }
+};
+
+/// Pairs each rank's records (a start with the end of the same communicator and sequence number; the device's end
+/// is preferred to the host's) and judges every communicator. Pure; thread-safe.
+OOMFLIGHT_API CollectiveAnalysis analyze_collectives(const Archive& archive);
+
+/// The communicator's name for a sentence: "the world communicator", "communicator 'pg0'", or "communicator
+/// 0x1234..." when none was registered.
+OOMFLIGHT_API std::string communicator_label(const CommunicatorVerdict& verdict);
+
+/// The verdict in sentences, the first being the one line that says what happened, e.g. "ranks 0, 1 wait in
+/// allreduce #0 on the world communicator (4 ranks; 8 B), which rank 2 never entered: it ran out of memory in
+/// batch 0", followed by a sentence for each rank still short of it, behind or in another operation. Empty for a
+/// communicator whose members all finished its frontier.
+OOMFLIGHT_API std::vector<std::string> describe_verdict(const Archive& archive, const CollectiveAnalysis& analysis,
+                                                        const CommunicatorVerdict& verdict);
+
+/// "allreduce #3 (8.00 MiB)" for an operation.
+OOMFLIGHT_API std::string describe_operation(const RankOperation& operation);
+
+}  // namespace oomflight

@@ -1,0 +1,243 @@
+// Pairing and judging collectives: see collectives.hpp.
+#include "oomflight/analysis/collectives.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "oomflight/base/units.hpp"
+
+namespace oomflight {
+namespace {
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+}
+
+// One rank's records paired by (communicator, sequence number). A later start of the same key (a source that
+// restarted its numbering) opens a new operation.
+std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
+  std::vector<RankOperation> ops;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> open;  // key -> index in ops, until its end
+  for (const CollectiveRow& r : rows) {
+    const auto key = std::make_pair(r.comm_id, r.seq);
+    if (r.phase == CollectivePhase::start) {
+      RankOperation op;
+      op.comm_id = r.comm_id;
+      op.seq = r.seq;
+      op.op = r.op;
+      op.datatype = r.datatype;
+      op.count = r.count;
+      op.bytes = r.bytes;
+      op.peer = r.peer;
+      op.batch = r.batch;
+      op.start_t_ns = r.t_ns;
+      open[key] = ops.size();
+      ops.push_back(op);
+      continue;
+    }
+    const bool device = (r.flags & kCollectiveDeviceCompletion) != 0;
+    auto it = open.find(key);
+    if (it == open.end()) {
+      // An end whose start was overwritten, or a second end (the device's after the host's) of a known operation.
+      const auto done = std::find_if(ops.rbegin(), ops.rend(), [&](const RankOperation& o) {
+        return o.comm_id == r.comm_id && o.seq == r.seq;
+      });
+      if (done != ops.rend()) {
+        if (device && !done->device_completion) {
+          done->end_t_ns = r.t_ns;
+          done->device_completion = true;
+        }
+        continue;
+      }
+      RankOperation op;
+      op.comm_id = r.comm_id;
+      op.seq = r.seq;
+      op.op = r.op;
+      op.datatype = r.datatype;
+      op.count = r.count;
+      op.bytes = r.bytes;
+      op.peer = r.peer;
+      op.batch = r.batch;
+      op.end_t_ns = r.t_ns;
+      op.device_completion = device;
+      ops.push_back(op);
+      continue;
+    }
+    RankOperation& op = ops[it->second];
+    op.end_t_ns = r.t_ns;
+    op.device_completion = device;
+    open.erase(it);
+  }
+  return ops;
+}
+
+}  // namespace
+
+CollectiveAnalysis analyze_collectives(const Archive& a) {
+  CollectiveAnalysis out;
+  std::map<std::uint64_t, CommunicatorVerdict> comms;
+  for (const RankRow& row : a.ranks) {
+    RankCollectiveState s;
+    s.rank = row.rank;
+    s.is_origin = row.is_origin != 0;
+    s.batch = row.batch;
+    s.freeze_t_ns = row.freeze_t_ns;
+    s.operations = pair_records(a.collectives_of(row.rank));
+    for (int i = 0; i < static_cast<int>(s.operations.size()); ++i) {
+      const RankOperation& op = s.operations[static_cast<std::size_t>(i)];
+      if (op.finished()) {
+        if (s.last_finished < 0 || op.end_t_ns >= s.operations[static_cast<std::size_t>(s.last_finished)].end_t_ns) {
+          s.last_finished = i;
+        }
+      } else {
+        s.in_flight = i;  // oldest first: the last one not finished is the newest
+      }
+      CommunicatorVerdict& v = comms[op.comm_id];
+      v.comm_id = op.comm_id;
+      v.members.push_back(row.rank);
+    }
+    for (const CommunicatorRow& c : a.communicators_of(row.rank)) {
+      auto it = comms.find(c.comm_id);
+      if (it == comms.end()) continue;  // registered, never used: no verdict to give
+      it->second.name = fixed_string(c.name);
+      it->second.size = c.comm_size;
+    }
+    out.ranks.push_back(std::move(s));
+  }
+  // Members: every rank that recorded on the communicator or registered it.
+  for (const CommunicatorRow& c : a.communicators) {
+    auto it = comms.find(c.comm_id);
+    if (it != comms.end()) it->second.members.push_back(c.rank);
+  }
+  for (auto& [id, v] : comms) {
+    std::sort(v.members.begin(), v.members.end());
+    v.members.erase(std::unique(v.members.begin(), v.members.end()), v.members.end());
+    // The frontier: the highest sequence number entered by any member, and the operation as its first member had it.
+    bool any = false;
+    for (const int rank : v.members) {
+      for (const RankOperation& op : out.ranks[static_cast<std::size_t>(
+               std::find_if(out.ranks.begin(), out.ranks.end(), [&](const auto& s) { return s.rank == rank; }) -
+               out.ranks.begin())].operations) {
+        if (op.comm_id != id) continue;
+        if (!any || op.seq > v.seq) {
+          v.seq = op.seq;
+          v.op = op.op;
+          v.bytes = op.bytes;
+          any = true;
+        }
+      }
+    }
+    for (const int rank : v.members) {
+      const auto& s = *std::find_if(out.ranks.begin(), out.ranks.end(), [&](const auto& x) { return x.rank == rank; });
+      std::int64_t newest = -1;
+      const RankOperation* at_frontier = nullptr;
+      for (const RankOperation& op : s.operations) {
+        if (op.comm_id != id) continue;
+        newest = std::max(newest, static_cast<std::int64_t>(op.seq));
+        if (op.seq == v.seq) at_frontier = &op;
+      }
+      v.newest_seq.push_back(newest);
+      if (at_frontier != nullptr) {
+        if (at_frontier->op != v.op) v.different_op.push_back(rank);
+        (at_frontier->finished() ? v.finished : v.waiting).push_back(rank);
+      } else if (newest + 1 == static_cast<std::int64_t>(v.seq)) {
+        v.short_of_it.push_back(rank);
+      } else {
+        v.behind.push_back(rank);
+      }
+    }
+    out.communicators.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string communicator_label(const CommunicatorVerdict& v) {
+  if (v.name == "world") return "the world communicator";
+  if (!v.name.empty()) return fmt::format("communicator '{}'", v.name);
+  return fmt::format("communicator {:#x}", v.comm_id);
+}
+
+std::string describe_operation(const RankOperation& op) {
+  return fmt::format("{} #{} ({})", collective_op_name(op.op), op.seq, format_bytes(op.bytes));
+}
+
+std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnalysis& analysis,
+                                          const CommunicatorVerdict& v) {
+  std::vector<std::string> lines;
+  if (v.waiting.empty() && v.short_of_it.empty() && v.behind.empty() && v.different_op.empty()) return lines;
+  const auto state = [&](int rank) -> const RankCollectiveState& {
+    return *std::find_if(analysis.ranks.begin(), analysis.ranks.end(), [&](const auto& s) { return s.rank == rank; });
+  };
+  const std::string what = fmt::format("{} #{} on {} ({}{})", collective_op_name(v.op), v.seq, communicator_label(v),
+                                       v.size > 0 ? fmt::format("{} ranks; ", v.size) : "", format_bytes(v.bytes));
+  std::vector<int> missing_origins, missing_others;
+  for (const auto* group : {&v.short_of_it, &v.behind}) {
+    for (const int rank : *group) (state(rank).is_origin ? missing_origins : missing_others).push_back(rank);
+  }
+  std::sort(missing_origins.begin(), missing_origins.end());
+  std::sort(missing_others.begin(), missing_others.end());
+  const bool oom = a.header.kind == "oom";
+  std::string first;
+  if (!v.waiting.empty()) {
+    first = fmt::format("{} {} in {}", ranks_text(v.waiting), v.waiting.size() == 1 ? "waits" : "wait", what);
+  } else {
+    first = fmt::format("{} finished {}", ranks_text(v.finished), what);
+  }
+  if (!missing_origins.empty()) {
+    std::vector<std::string> why;
+    for (const int rank : missing_origins) {
+      why.push_back(fmt::format("{} in batch {}", oom ? "ran out of memory" : "asked for the dump", state(rank).batch));
+    }
+    std::sort(why.begin(), why.end());
+    why.erase(std::unique(why.begin(), why.end()), why.end());
+    first += fmt::format(", which {} never entered: {} {}", ranks_text(missing_origins),
+                         missing_origins.size() == 1 ? "it" : "they", fmt::join(why, "; "));
+  } else if (!missing_others.empty() && !v.waiting.empty()) {
+    first += fmt::format(", which {} had not entered", ranks_text(missing_others));
+  }
+  lines.push_back(first);
+  for (const int rank : missing_others) {
+    const RankCollectiveState& s = state(rank);
+    const std::int64_t newest = v.newest_seq[static_cast<std::size_t>(
+        std::find(v.members.begin(), v.members.end(), rank) - v.members.begin())];
+    const auto short_by = static_cast<std::int64_t>(v.seq) - newest;
+    std::string last = "none";
+    for (auto it = s.operations.rbegin(); it != s.operations.rend(); ++it) {
+      if (it->comm_id == v.comm_id && it->finished()) {
+        last = fmt::format("{} in batch {}", describe_operation(*it), it->batch);
+        break;
+      }
+    }
+    if (s.in_flight >= 0 && s.operations[static_cast<std::size_t>(s.in_flight)].comm_id == v.comm_id) {
+      lines.push_back(fmt::format("rank {} is {} behind: it waits in {}",
+                                  rank, short_by == 1 ? "one operation" : fmt::format("{} operations", short_by),
+                                  describe_operation(s.operations[static_cast<std::size_t>(s.in_flight)])));
+    } else if (short_by <= 1) {
+      lines.push_back(fmt::format("rank {} had not reached it yet: still computing batch {} (its last finished "
+                                  "operation on it: {})",
+                                  rank, s.batch, last));
+    } else {
+      lines.push_back(fmt::format("rank {} is {} operations behind, still computing batch {} (its last finished "
+                                  "operation on it: {})",
+                                  rank, newest < 0 ? fmt::format("{} (it entered none)", short_by) : std::to_string(short_by),
+                                  s.batch, last));
+    }
+  }
+  for (const int rank : v.different_op) {
+    const RankCollectiveState& s = state(rank);
+    for (const RankOperation& op : s.operations) {
+      if (op.comm_id == v.comm_id && op.seq == v.seq) {
+        lines.push_back(fmt::format("rank {} entered {} as #{} instead: the ranks' operations on {} are out of order",
+                                    rank, collective_op_name(op.op), op.seq, communicator_label(v)));
+        break;
+      }
+    }
+  }
+  return lines;
+}
+
+}  // namespace oomflight
