@@ -17,6 +17,20 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
 }
 
+// The operation a record describes, with neither time set.
+RankOperation operation_of(const CollectiveRow& r) {
+  RankOperation op;
+  op.comm_id = r.comm_id;
+  op.seq = r.seq;
+  op.op = r.op;
+  op.datatype = r.datatype;
+  op.count = r.count;
+  op.bytes = r.bytes;
+  op.peer = r.peer;
+  op.batch = r.batch;
+  return op;
+}
+
 // One rank's records paired by (communicator, sequence number). A later start of the same key (a source that
 // restarted its numbering) opens a new operation.
 std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
@@ -25,15 +39,7 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
   for (const CollectiveRow& r : rows) {
     const auto key = std::make_pair(r.comm_id, r.seq);
     if (r.phase == CollectivePhase::start) {
-      RankOperation op;
-      op.comm_id = r.comm_id;
-      op.seq = r.seq;
-      op.op = r.op;
-      op.datatype = r.datatype;
-      op.count = r.count;
-      op.bytes = r.bytes;
-      op.peer = r.peer;
-      op.batch = r.batch;
+      RankOperation op = operation_of(r);
       op.start_t_ns = r.t_ns;
       open[key] = ops.size();
       ops.push_back(op);
@@ -53,15 +59,7 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
         }
         continue;
       }
-      RankOperation op;
-      op.comm_id = r.comm_id;
-      op.seq = r.seq;
-      op.op = r.op;
-      op.datatype = r.datatype;
-      op.count = r.count;
-      op.bytes = r.bytes;
-      op.peer = r.peer;
-      op.batch = r.batch;
+      RankOperation op = operation_of(r);
       op.end_t_ns = r.t_ns;
       op.device_completion = device;
       ops.push_back(op);
