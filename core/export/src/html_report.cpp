@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "oomflight/analysis/collectives.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
@@ -385,6 +386,78 @@ std::string chart(std::string_view id, std::string_view what, bool reserved, con
 }
 
 // ---- Sections ----------------------------------------------------------------------------------------------------
+
+// Collectives on the memory charts' time axis: one lane per rank, a bar per operation from its start to its end,
+// or to the rank's freeze for one still in flight (drawn hollow in the origin red: the rank waits in it), and the
+// report's sentences above. Empty for an archive without collectives.
+std::string collectives_section(const Archive& a, const Grid& g, const std::vector<RankView>& views) {
+  const CollectiveAnalysis c = analyze_collectives(a);
+  if (c.empty()) return {};
+  std::string out = "<section id=\"collectives\"><h2>Collectives at the freeze</h2>\n";
+  for (const CommunicatorVerdict& v : c.communicators) {
+    const auto lines = describe_verdict(a, c, v);
+    if (lines.empty()) {
+      put(out, "<p>All {} ranks of {} finished {} #{}; none was inside an operation on it.</p>\n", v.members.size(),
+          html(communicator_label(v)), html(collective_op_name(v.op)), v.seq);
+    }
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      put(out, "<p class=\"verdict{}\">{}</p>\n", i == 0 ? " first" : "", html(lines[i]));
+    }
+  }
+  constexpr double kLane = 22;
+  const double height = kTop + kLane * static_cast<double>(views.size()) + 30;
+  const auto x = [&](std::int64_t utc) {
+    const double f = static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(utc) -
+                                                                   static_cast<std::uint64_t>(g.t0))) / g.span_ns;
+    return kLeft + kPlotW * std::clamp(std::isfinite(f) ? f : 0.0, 0.0, 1.0);
+  };
+  put(out, "<div class=\"chart-box\"><svg class=\"lanes\" id=\"chart-collectives\" viewBox=\"0 0 {} {:.0f}\" "
+           "role=\"img\" aria-label=\"collectives of every rank over time\">\n",
+      kWidth, height);
+  std::size_t bars = 0;
+  for (std::size_t lane = 0; lane < views.size(); ++lane) {
+    const RankView& view = views[lane];
+    const double y = kTop + kLane * static_cast<double>(lane);
+    put(out, "<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">rank {}</text>", kLeft - 6, y + 15,
+        view.s->row.rank);
+    put(out, "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", kLeft, kLeft + kPlotW,
+        y + kLane, y + kLane);
+    const auto state = std::find_if(c.ranks.begin(), c.ranks.end(),
+                                    [&](const RankCollectiveState& r) { return r.rank == view.s->row.rank; });
+    if (state == c.ranks.end()) continue;
+    const RankRow& row = view.s->row;
+    for (const RankOperation& op : state->operations) {
+      const std::int64_t start = op.start_t_ns != 0 ? op.start_t_ns : op.end_t_ns;
+      const std::int64_t end = op.finished() ? op.end_t_ns : std::max(row.freeze_t_ns, start);
+      const double x0 = x(to_utc(row, start));
+      const double w = std::max(1.5, x(to_utc(row, end)) - x0);
+      std::string comm;
+      for (const CommunicatorVerdict& v : c.communicators) {
+        if (v.comm_id == op.comm_id) comm = communicator_label(v);
+      }
+      const std::string title =
+          fmt::format("rank {}: {} on {}, batch {}, {}", row.rank, describe_operation(op), comm, op.batch,
+                      op.finished() ? fmt::format("{} ({} end)", format_seconds(static_cast<double>(end - start) * 1e-9),
+                                                  op.device_completion ? "device" : "host")
+                                    : fmt::format("in flight at the freeze, for {}",
+                                                  format_seconds(static_cast<double>(end - start) * 1e-9)));
+      put(out,
+          "<rect class=\"{}\" data-rank=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" "
+          "stroke=\"{}\" fill=\"{}\"><title>{}</title></rect>\n",
+          op.finished() ? "op" : "op in-flight", row.rank, x0, y + 4, w, kLane - 8,
+          op.finished() ? view.colour : "#d62728", op.finished() ? view.colour : "none", html(title));
+      ++bars;
+    }
+  }
+  put(out, "<text class=\"axis\" x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\">the memory charts' time axis; a "
+           "hollow red bar: in flight at the rank's freeze</text>\n",
+      kLeft + kPlotW / 2, height - 8);
+  out += "</svg></div>\n";
+  put(out, "<p class=\"note\">{} operations drawn (each rank's start to its end: the device's where the source saw "
+           "it, else the host call's return).</p>\n</section>\n",
+      bars);
+  return out;
+}
 
 // The metadata a rank's job set (the newest value of each key) and where it ran, as the text report shows them.
 std::string context_html(const Archive& a, int rank) {
@@ -812,6 +885,12 @@ svg.chart g.series { fill: none; stroke-width: 1.6; stroke-linejoin: round; opac
 svg.chart g.series.origin { stroke-width: 2.6; opacity: 1; }
 svg.chart g.oom line { stroke-width: 1.5; stroke-dasharray: 3 3; }
 svg.chart .cursor { stroke: #333; stroke-width: 1; }
+svg.lanes { display: block; width: 100%; height: auto; font-family: system-ui, "DejaVu Sans", sans-serif; }
+svg.lanes .grid { stroke: #ececec; stroke-width: 1; }
+svg.lanes .tick, svg.lanes .axis { font-size: 12px; fill: #555; }
+svg.lanes rect.op { fill-opacity: 0.55; stroke-width: 1; }
+svg.lanes rect.in-flight { stroke-width: 2; stroke-dasharray: 4 2; }
+p.verdict.first { font-weight: 600; }
 .tip { position: absolute; top: 8px; pointer-events: none; background: rgba(255,255,255,0.95); border: 1px solid #bbb;
        border-radius: 4px; padding: 4px 8px; font-size: 12px; white-space: pre;
        box-shadow: 0 1px 4px rgba(0,0,0,0.15); }
@@ -935,6 +1014,7 @@ std::string render_html_report(const Archive& a, const PostMortem& pm, std::size
   out += "<pre id=\"errors\" hidden></pre>\n";
   out += header_section(a, pm, views);
   out += memory_section(a, g, views, ooms, oom_events, any);
+  out += collectives_section(a, g, views);
   out += ranks_section(a, pm);
   out += batches_section(a, pm);
   for (const auto& s : pm.ranks) {

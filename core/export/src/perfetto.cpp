@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "oomflight/analysis/collectives.hpp"
+
 namespace oomflight {
 namespace {
 
@@ -123,6 +125,7 @@ std::string render_perfetto(const Archive& a) {
   }
   if (origin == std::numeric_limits<std::int64_t>::max()) origin = 0;
   const bool oom_kind = a.header.kind == "oom";
+  const CollectiveAnalysis collectives = analyze_collectives(a);
   json trace = json::array();
   for (const RankRow& row : a.ranks) {
     const int pid = row.rank;
@@ -158,6 +161,30 @@ std::string render_perfetto(const Archive& a) {
         trace.push_back({{"ph", "X"}, {"name", fmt::format("batch {}", events[i].batch)}, {"pid", pid}, {"tid", 0},
                          {"ts", us_since(utc_ns(row, events[i].t_ns), origin)},
                          {"dur", static_cast<double>(static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(events[i].t_ns)) / 1000.0}});
+      }
+    }
+    // Collectives on their own track: a slice from start to end, or to the freeze for one still in flight (the
+    // rank waits in it), named as the report names it.
+    const auto rank_ops = std::find_if(collectives.ranks.begin(), collectives.ranks.end(),
+                                       [&](const RankCollectiveState& c) { return c.rank == row.rank; });
+    if (rank_ops != collectives.ranks.end() && !rank_ops->operations.empty()) {
+      trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 1},
+                       {"args", {{"name", "collectives"}}}});
+      for (const RankOperation& op : rank_ops->operations) {
+        const std::int64_t start = op.start_t_ns != 0 ? op.start_t_ns : op.end_t_ns;
+        const std::int64_t end = op.finished() ? op.end_t_ns : std::max(freeze, start);
+        std::string comm;
+        for (const CommunicatorVerdict& v : collectives.communicators) {
+          if (v.comm_id == op.comm_id) comm = communicator_label(v);
+        }
+        trace.push_back(
+            {{"ph", "X"}, {"name", fmt::format("{} #{}", collective_op_name(op.op), op.seq)}, {"pid", pid}, {"tid", 1},
+             {"ts", us_since(utc_ns(row, start), origin)},
+             {"dur", static_cast<double>(static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(start)) / 1000.0},
+             {"args", {{"communicator", comm}, {"comm_id", op.comm_id}, {"seq", op.seq}, {"bytes", op.bytes},
+                       {"count", op.count}, {"datatype", data_type_name(op.datatype)}, {"peer", op.peer},
+                       {"batch", op.batch}, {"in_flight_at_freeze", !op.finished()},
+                       {"end_seen", !op.finished() ? "none" : op.device_completion ? "device" : "host"}}}});
       }
     }
     for (const Event& e : events) {
