@@ -100,6 +100,81 @@ TEST_F(CApi, ArgumentsOutOfRangeAreEinvalNamingThem) {
 
 // A source that knows its allocator's state (PyTorch's segments) gives it with the request: it lands in the
 // archive as the rank's /state_segments and /state_blocks, stacks as interned; bad rows are refused by name.
+TEST_F(CApi, CollectivesAndCommunicatorsReachTheArchiveAndMerge) {
+  oomflight_collective c = OOMFLIGHT_COLLECTIVE_INIT;
+  EXPECT_EQ(oomflight_record_collective(&c), OOMFLIGHT_ESTATE);  // before init
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  EXPECT_EQ(oomflight_record_collective(nullptr), OOMFLIGHT_EINVAL);
+  c.op = OOMFLIGHT_COLL_OP_COUNT;
+  EXPECT_EQ(oomflight_record_collective(&c), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("op 12 is not an enum oomflight_collective_op"), std::string::npos) << last_error();
+  c.op = OOMFLIGHT_COLL_ALLGATHER;
+  c.datatype = 12;
+  EXPECT_EQ(oomflight_record_collective(&c), OOMFLIGHT_EINVAL);
+  c.datatype = OOMFLIGHT_DTYPE_BFLOAT16;
+  c.phase = 2;
+  EXPECT_EQ(oomflight_record_collective(&c), OOMFLIGHT_EINVAL);
+  c.phase = OOMFLIGHT_COLL_START;
+  c.peer = -2;
+  EXPECT_EQ(oomflight_record_collective(&c), OOMFLIGHT_EINVAL);
+  c.peer = -1;
+  c.struct_size = 32;
+  EXPECT_EQ(oomflight_record_collective(&c), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("struct_size 32"), std::string::npos) << last_error();
+  c.struct_size = sizeof(c);
+  EXPECT_EQ(oomflight_register_communicator(5, "pg", 2, 2), OOMFLIGHT_EINVAL);
+  ASSERT_EQ(oomflight_register_communicator(0x5eed, "tp-group", 1, 2), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_mark_batch(4), OOMFLIGHT_OK);
+  c.comm_id = 0x5eed;
+  c.seq = 11;
+  c.count = 1 << 20;
+  c.stream = 0x77;
+  ASSERT_EQ(oomflight_record_collective(&c), OOMFLIGHT_OK) << last_error();
+  c.phase = OOMFLIGHT_COLL_END;
+  c.flags = OOMFLIGHT_COLL_DEVICE_COMPLETION;
+  ASSERT_EQ(oomflight_record_collective(&c), OOMFLIGHT_OK);
+  oomflight_collective send = OOMFLIGHT_COLLECTIVE_INIT;
+  send.op = OOMFLIGHT_COLL_SEND;
+  send.comm_id = 0x5eed;
+  send.peer = 0;
+  send.bytes = 1000;  // given: kept, whatever the datatype says
+  ASSERT_EQ(oomflight_record_collective(&send), OOMFLIGHT_OK);
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const std::string written = oomflight_last_dump_path();
+  for (const std::string& file : {written, path("merged.h5")}) {
+    if (file != written) merge_archives({written}, file);
+    const Archive a = read_archive(file);
+    const auto rows = a.collectives_of(0);
+    ASSERT_EQ(rows.size(), 3u) << file;
+    EXPECT_EQ(rows[0].op, CollectiveOp::allgather);
+    EXPECT_EQ(rows[0].datatype, DataType::bfloat16);
+    EXPECT_EQ(rows[0].bytes, 2u << 20);  // count x 2 bytes
+    EXPECT_EQ(rows[0].seq, 11u);
+    EXPECT_EQ(rows[0].stream, 0x77u);
+    EXPECT_EQ(rows[0].batch, 4);
+    EXPECT_EQ(rows[0].phase, CollectivePhase::start);
+    EXPECT_EQ(rows[1].phase, CollectivePhase::end);
+    EXPECT_EQ(rows[1].flags, kCollectiveDeviceCompletion);
+    EXPECT_LE(rows[0].t_ns, rows[1].t_ns);
+    EXPECT_EQ(rows[2].op, CollectiveOp::send);
+    EXPECT_EQ(rows[2].bytes, 1000u);
+    EXPECT_EQ(rows[2].peer, 0);
+    ASSERT_NE(a.rank_row(0), nullptr);
+    EXPECT_EQ(a.rank_row(0)->collectives_recorded, 3u);
+    EXPECT_EQ(a.rank_row(0)->collectives_overwritten, 0u);
+    const auto comms = a.communicators_of(0);
+    ASSERT_EQ(comms.size(), 2u);  // "world" from init, then the job's own
+    EXPECT_EQ(fixed_string(comms[0].name), "world");
+    EXPECT_EQ(comms[0].comm_id, oomflight_world_communicator());
+    EXPECT_EQ(comms[0].comm_size, 1);
+    EXPECT_EQ(fixed_string(comms[1].name), "tp-group");
+    EXPECT_EQ(comms[1].comm_rank, 1);
+    EXPECT_EQ(comms[1].comm_size, 2);
+  }
+}
+
 TEST_F(CApi, TheAllocatorStateGivenWithARequestReachesTheArchive) {
   ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
   const oomflight_frame f[] = {{"forward", "model.py", 42}};

@@ -171,6 +171,39 @@ def main():
         expect_refused(craft(work, "state-segment-type", bad_state_segment_type), "/state_segments row 0",
                        "segment_type 7")
 
+        ops = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "send", "recv", "gather",
+               "scatter", "barrier", "other"]
+
+        def collective_rows(rank, op, phase=0):
+            op_type = h5py.enum_dtype({name: i for i, name in enumerate(ops)}, basetype="u1")
+            dt = np.dtype({"names": ["rank", "peer", "t_ns", "comm_id", "seq", "count", "bytes", "stream", "batch",
+                                     "op", "datatype", "phase", "flags"],
+                           "formats": ["<i4", "<i4", "<i8", "<u8", "<u8", "<u8", "<u8", "<u8", "<i8", op_type, "u1",
+                                       "u1", "u1"],
+                           "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 65, 66, 67], "itemsize": 72})
+            rows = np.zeros(1, dtype=dt)
+            rows["rank"], rows["op"], rows["phase"], rows["peer"], rows["datatype"] = rank, op, phase, -1, 7
+            return rows
+
+        expect_refused(craft(work, "collective-op", lambda f: f.create_dataset("collectives",
+                                                                              data=collective_rows(0, 200))),
+                       "/collectives row 0", "op 200")
+        expect_refused(craft(work, "collective-phase", lambda f: f.create_dataset("collectives",
+                                                                                 data=collective_rows(0, 0, 9))),
+                       "/collectives row 0", "phase 9")
+        expect_refused(craft(work, "collective-rank", lambda f: f.create_dataset("collectives",
+                                                                                data=collective_rows(9, 0))),
+                       "/collectives row 0", "rank 9 is not in /ranks")
+
+        def bad_communicator(f):
+            dt = np.dtype({"names": ["rank", "comm_rank", "comm_size", "comm_id", "name"],
+                           "formats": ["<i4", "<i4", "<i4", "<u8", "S48"], "offsets": [0, 4, 8, 16, 24],
+                           "itemsize": 72})
+            rows = np.zeros(1, dtype=dt)
+            rows["comm_rank"], rows["comm_size"], rows["name"] = 5, 2, b"world"
+            f.create_dataset("communicators", data=rows)
+        expect_refused(craft(work, "communicator-rank", bad_communicator), "/communicators row 0", "rank 5 of size 2")
+
         def not_finished(f):
             f.attrs["producer"] = np.bytes_(b"oomflight 0.2.0")
         expect_refused(craft(work, "no-complete-mark", not_finished), "incomplete archive")
