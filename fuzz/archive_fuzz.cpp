@@ -16,8 +16,8 @@
 //   i32 schema_version, i32 world_size
 //   u8 n, then n x i32  origin_ranks (n <= 16)
 //   u8 n, then n x i32  ranks_present (n <= 16)
-//   9 x (u16 rows, then rows x row-size bytes in the file type's layout) for ranks, events, stacks,
-//   stack_frames, frames, strings, string_data, batches, context
+//   11 x (u16 rows, then rows x row-size bytes in the file type's layout) for ranks, events, stacks,
+//   stack_frames, frames, strings, string_data, batches, context, collectives, communicators
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -42,7 +42,8 @@
 namespace {
 
 constexpr const char* kDatasets[] = {"ranks",   "events",      "stacks",  "stack_frames", "frames",
-                                     "strings", "string_data", "batches", "context"};
+                                     "strings", "string_data", "batches", "context", "collectives",
+                                     "communicators"};
 constexpr std::size_t kMaxRows = 4096;
 
 class Input {

@@ -18,7 +18,19 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "data", "v1", "oom-4ranks-2origins.h5")
-DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data", "batches", "context"]
+DATASETS = ["ranks", "events", "stacks", "stack_frames", "frames", "strings", "string_data", "batches", "context",
+            "collectives", "communicators"]
+# CollectiveRow and CommunicatorRow (archive_schema.hpp), 72 bytes each; the op member is an enumeration in the
+# file, a byte here.
+COLLECTIVE = np.dtype({"names": ["rank", "peer", "t_ns", "comm_id", "seq", "count", "bytes", "stream", "batch", "op",
+                                 "datatype", "phase", "flags"],
+                       "formats": ["<i4", "<i4", "<i8", "<u8", "<u8", "<u8", "<u8", "<u8", "<i8", "u1", "u1", "u1",
+                                   "u1"],
+                       "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 65, 66, 67], "itemsize": 72})
+COMMUNICATOR = np.dtype({"names": ["rank", "comm_rank", "comm_size", "comm_id", "name"],
+                         "formats": ["<i4", "<i4", "<i4", "<u8", "S48"], "offsets": [0, 4, 8, 16, 24],
+                         "itemsize": 72})
+WORLD = 0x6f6f6d776f726c64
 # BatchRow (core/format/include/oomflight/format/archive_schema.hpp), 104 bytes; the v1 fixture has no /batches.
 BATCH = np.dtype([("rank", "<i4"), ("device", "<i4"), ("batch", "<i8"), ("start_t_ns", "<i8"), ("end_t_ns", "<i8")] +
                  [(name, "<u8") for name in ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
@@ -91,6 +103,28 @@ def archives():
         base_attrs = {"schema_version": 1, "world_size": int(f.attrs["world_size"]),
                       "origin_ranks": f.attrs["origin_ranks"], "ranks_present": f.attrs["ranks_present"]}
         base_rows = {name: f[name][...] for name in DATASETS if name in f}
+    # The fixture's /ranks rows predate the collective counts (0.2.1): the fuzz target writes today's rows.
+    old = base_rows["ranks"]
+    ranks = np.zeros(len(old), dtype=np.dtype({
+        "names": list(old.dtype.names) + ["collectives_recorded", "collectives_overwritten", "collectives_in_flight"],
+        "formats": [old.dtype.fields[n][0] for n in old.dtype.names] + ["<u8"] * 3,
+        "offsets": [old.dtype.fields[n][1] for n in old.dtype.names] + [old.dtype.itemsize + 8 * i for i in range(3)],
+        "itemsize": old.dtype.itemsize + 24}))
+    for name in old.dtype.names:
+        ranks[name] = old[name]
+    base_rows["ranks"] = ranks
+    # Ranks 0, 1 and 3 wait in allreduce #1 on the world communicator, which rank 2 (an origin) never entered.
+    collectives = np.zeros(9, dtype=COLLECTIVE)
+    collectives["rank"] = [0, 0, 0, 1, 1, 1, 2, 2, 3]
+    collectives["seq"] = [0, 0, 1, 0, 0, 1, 0, 0, 1]
+    collectives["phase"] = [0, 1, 0, 0, 1, 0, 0, 1, 0]
+    collectives["t_ns"] = [10, 20, 30] * 3
+    collectives["comm_id"], collectives["peer"], collectives["datatype"], collectives["bytes"] = WORLD, -1, 7, 8 << 20
+    base_rows["collectives"] = collectives
+    communicators = np.zeros(4, dtype=COMMUNICATOR)
+    communicators["rank"] = communicators["comm_rank"] = [0, 1, 2, 3]
+    communicators["comm_size"], communicators["comm_id"], communicators["name"] = 4, WORLD, b"world"
+    base_rows["communicators"] = communicators
     batches = np.zeros(8, dtype=BATCH)
     batches["rank"] = [0, 0, 1, 1, 2, 2, 3, 3]
     batches["batch"] = [0, 1] * 4
@@ -156,6 +190,15 @@ def archives():
     strings = base_rows["strings"].copy()
     strings["offset"][0] = 2**63
     case("string-outside", strings=strings)
+    bad_op = collectives.copy()
+    bad_op["op"][4] = 200
+    case("collective-op-outside", collectives=bad_op)
+    not_grouped = collectives.copy()
+    not_grouped["rank"][8] = 0
+    case("collectives-not-grouped", collectives=not_grouped)
+    bad_comm = communicators.copy()
+    bad_comm["comm_rank"][3] = 4
+    case("communicator-rank-outside", communicators=bad_comm)
 
 
 if __name__ == "__main__":

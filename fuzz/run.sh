@@ -77,6 +77,9 @@ no-ranks|refused|/ranks has no rows
 stack-id-outside|refused|stack_id 1000 is outside /stacks
 frame-outside|refused|frame 4000000000 is outside /frames
 string-outside|refused|/strings row 0: offset 9223372036854775808 + length 10 lie outside /string_data
+collective-op-outside|refused|/collectives row 4: op 200
+collectives-not-grouped|refused|/collectives row 8: rank 0 is not in /ranks, or its rows are not grouped
+communicator-rank-outside|refused|/communicators row 3: rank 4 of size 4 is out of range
 CASES
 
 # Every corpus file must have an expectation above: a new hostile case is checked, not just run.
