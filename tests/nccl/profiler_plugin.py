@@ -1,11 +1,11 @@
 """The NCCL profiler plugin (plugins/nccl) as NCCL loads it, without a GPU or NCCL: tests/nccl/nccl_loader.cpp
 finds it through NCCL_PROFILER_PLUGIN as NCCL does, takes ncclProfiler_v4, _v5 or _v6 and sends NCCL's events
-in NCCL's layouts under mpirun with 2 ranks; rank 0 then asks for a signal dump, and the archive's /collectives
+in NCCL's layouts under mpirun with 2 ranks (for v6 under `oomflight run`, which names the plugin); rank 0 then asks for a signal dump, and the archive's /collectives
 and /communicators are checked row by row (h5py alone, as a user without oomflight reads them). And the plugin in
 a process where oomflight is not initialised and NCCL_PROFILER_PLUGIN is unset (NCCL then opens
 libnccl-profiler.so from the library path): every call succeeds, and nothing is recorded or written.
 
-Usage: profiler_plugin.py NCCL_LOADER PLUGIN
+Usage: profiler_plugin.py NCCL_LOADER PLUGIN OOMFLIGHT_CLI
 """
 import os
 import re
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import h5py
 
-LOADER, PLUGIN = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+LOADER, PLUGIN, CLI = (os.path.abspath(a) for a in sys.argv[1:4])
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith(("OOMFLIGHT_", "NCCL_"))},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 COMM = 0x1234ABCD
@@ -52,12 +52,12 @@ class ProfilerPlugin(unittest.TestCase):
         self.assertEqual(Path(PLUGIN).name, "libnccl-profiler-oomflight.so")
         self.assertTrue((Path(PLUGIN).parent / "liboomflight.so").exists(), "the plugin sits next to liboomflight")
 
-    def run_job(self, version: str, env_plugin: dict) -> Path:
+    def run_job(self, version: str, env_plugin: dict, launcher=()) -> Path:
         work = Path(tempfile.mkdtemp(prefix=f"oomflight-nccl-{version}-"))
         cmd = ["mpirun", "--oversubscribe", "-np", "2", "-x", f"OOMFLIGHT_RUN_NAME=nccl-{version}"]
         for name, value in env_plugin.items():
             cmd += ["-x", f"{name}={value}"]
-        cmd += [LOADER, version, str(N)]
+        cmd += [*launcher, LOADER, version, str(N)]
         proc = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True, text=True, timeout=300)
         out = proc.stdout + proc.stderr
         self.assertEqual(proc.returncode, 0, out)
@@ -99,8 +99,18 @@ class ProfilerPlugin(unittest.TestCase):
     def test_v5_found_by_path(self):
         self.check_archive(self.run_job("v5", {"NCCL_PROFILER_PLUGIN": PLUGIN}))
 
-    def test_v6_found_by_path(self):
-        self.check_archive(self.run_job("v6", {"NCCL_PROFILER_PLUGIN": PLUGIN}))
+    def test_v6_named_by_oomflight_run(self):
+        # As a user runs a job: `oomflight run` sets NCCL_PROFILER_PLUGIN to the plugin next to its library.
+        self.check_archive(self.run_job("v6", {}, launcher=(CLI, "run", "--")))
+
+    def test_oomflight_run_names_the_plugin_unless_the_job_did(self):
+        show = [CLI, "run", "--", "sh", "-c", 'printf %s "$NCCL_PROFILER_PLUGIN"']
+        out = subprocess.run(show, env=ENV, capture_output=True, text=True, check=True).stdout
+        self.assertEqual(Path(out).resolve(), Path(PLUGIN).resolve())
+        for own in ("none", "/opt/other/libnccl-profiler.so"):
+            out = subprocess.run(show, env={**ENV, "NCCL_PROFILER_PLUGIN": own}, capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertEqual(out, own)
 
     def test_quiet_without_oomflight(self):
         # NCCL_PROFILER_PLUGIN unset: NCCL opens libnccl-profiler.so, here a link to the plugin on the library path
