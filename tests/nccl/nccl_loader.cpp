@@ -2,7 +2,7 @@
 // libnccl-profiler.so, a name -> libnccl-profiler-NAME.so, a path -> that file; dlopen RTLD_NOW | RTLD_LOCAL,
 // dlsym ncclProfiler_vN) and calls it with the events NCCL would send, in NCCL's layouts (profiler_abi.hpp).
 // Links liboomflight (as the job's framework would load it), not the plugin. No GPU, no NCCL.
-//   oomflight_nccl_loader VERSION [N [quiet]]
+//   oomflight_nccl_loader VERSION [N [quiet|threads]]
 // VERSION: v4, v5 or v6. N (default 5): allreduces; they are, on communicator 0x1234abcd "test-comm" of the
 // MPI world's ranks, in this order:
 //   allreduce seq 0, its stopEvent before its two kernel channels (the host end comes first, then the device's);
@@ -13,6 +13,9 @@
 // the plugin must ignore. Then rank 0 asks for a signal dump (after a barrier, so that every rank's events are in
 // it) and prints the archive's path; every rank finalizes the plugin, dlcloses it and shuts oomflight down.
 // quiet: oomflight is never initialised; every call must still succeed and hand out no handle.
+// threads: one process; the main thread starts and stops N allreduces (seq 0 .. N-1, two channels each) while a
+// second thread, as NCCL's proxy thread, reports each one's two kernel channels (at most 256 operations in
+// flight: the plugin's 1024 slots must never run out), then the dump.
 // Exits 0 on success, 1 with a message on stderr.
 #include <dlfcn.h>
 #include <mpi.h>
@@ -22,8 +25,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "profiler_abi.hpp"
 
@@ -32,7 +38,7 @@ namespace nccl = oomflight::nccl;
 namespace {
 
 constexpr std::uint64_t kCommId = 0x1234abcd;
-bool g_failed = false;
+std::atomic<bool> g_failed{false};
 int g_rank = 0;
 
 void fail(const std::string& what) {
@@ -163,6 +169,28 @@ class Driver {
     coll("AllReduce", static_cast<std::uint64_t>(n - 1), 0, 2);  // never completes
   }
 
+  void run_threads(int n) {
+    constexpr std::uint64_t kInFlight = 256;
+    std::vector<std::atomic<void*>> queue(kInFlight);
+    std::atomic<std::uint64_t> published{0}, reported{0};
+    const auto ops = static_cast<std::uint64_t>(n);
+    std::thread proxy([&] {
+      for (std::uint64_t i = 0; i < ops; ++i) {
+        while (published.load(std::memory_order_acquire) == i) std::this_thread::yield();
+        kernel_channels(queue[i % kInFlight].load(std::memory_order_relaxed), 2);
+        reported.store(i + 1, std::memory_order_release);
+      }
+    });
+    for (std::uint64_t seq = 0; seq < ops; ++seq) {
+      while (seq - reported.load(std::memory_order_acquire) >= kInFlight) std::this_thread::yield();
+      void* h = coll("AllReduce", seq, 0, 2);
+      queue[seq % kInFlight].store(h, std::memory_order_relaxed);
+      published.store(seq + 1, std::memory_order_release);
+      stop(h, "AllReduce");  // enqueued: before, during or after its channels on the other thread
+    }
+    proxy.join();
+  }
+
  private:
   void check(nccl::Result r, const char* what) {
     if (r != nccl::kSuccess) fail(std::string(what) + ": the plugin returned " + std::to_string(r));
@@ -173,7 +201,7 @@ class Driver {
 };
 
 template <typename Profiler, typename Descr>
-void drive(void* symbol, int rank, int nranks, int n, bool quiet) {
+void drive(void* symbol, int rank, int nranks, int n, bool quiet, bool threads) {
   const auto& p = *static_cast<const Profiler*>(symbol);
   if (p.name == nullptr || std::strcmp(p.name, "oomflight") != 0) fail("the plugin's name is not \"oomflight\"");
   void* ctx = nullptr;
@@ -185,7 +213,12 @@ void drive(void* symbol, int rank, int nranks, int n, bool quiet) {
   const int wanted = static_cast<int>(nccl::kColl | nccl::kP2p | nccl::kKernelCh);
   if ((mask & wanted) != wanted) fail("init's activation mask " + std::to_string(mask) + " lacks Coll, P2p or KernelCh");
   if (ctx == nullptr) fail("init gave no context");
-  Driver<Profiler, Descr>(p, ctx, quiet).run(rank, nranks, n);
+  Driver<Profiler, Descr> driver(p, ctx, quiet);
+  if (threads) {
+    driver.run_threads(n);
+  } else {
+    driver.run(rank, nranks, n);
+  }
   if (!quiet) {
     // Every rank's events are recorded before the dump freezes them (MPI is oomflight's, under a launcher).
     if (oomflight_launched_by_mpi()) MPI_Barrier(MPI_COMM_WORLD);
@@ -210,8 +243,10 @@ int main(int argc, char** argv) {
   const std::string version = argc > 1 ? argv[1] : "v5";
   const int n = argc > 2 ? std::atoi(argv[2]) : 5;
   const bool quiet = argc > 3 && std::strcmp(argv[3], "quiet") == 0;
-  if ((version != "v4" && version != "v5" && version != "v6") || n < 2 || n > 1000) {
-    std::fprintf(stderr, "usage: %s v4|v5|v6 [N (2 .. 1000) [quiet]]\n", argv[0]);
+  const bool threads = argc > 3 && std::strcmp(argv[3], "threads") == 0;
+  if ((version != "v4" && version != "v5" && version != "v6") || n < 2 || n > 10000000 ||
+      (argc > 3 && !quiet && !threads)) {
+    std::fprintf(stderr, "usage: %s v4|v5|v6 [N (2 .. 10^7) [quiet|threads]]\n", argv[0]);
     return 2;
   }
   int rank = 0, nranks = 1;
@@ -232,11 +267,11 @@ int main(int argc, char** argv) {
   if (symbol == nullptr) {
     fail("ncclProfiler_" + version + " not found");
   } else if (version == "v4") {
-    drive<nccl::ProfilerV4, nccl::EventDescrV4>(symbol, rank, nranks, n, quiet);
+    drive<nccl::ProfilerV4, nccl::EventDescrV4>(symbol, rank, nranks, n, quiet, threads);
   } else if (version == "v5") {
-    drive<nccl::ProfilerV5, nccl::EventDescrV5>(symbol, rank, nranks, n, quiet);
+    drive<nccl::ProfilerV5, nccl::EventDescrV5>(symbol, rank, nranks, n, quiet, threads);
   } else {
-    drive<nccl::ProfilerV6, nccl::EventDescrV6>(symbol, rank, nranks, n, quiet);
+    drive<nccl::ProfilerV6, nccl::EventDescrV6>(symbol, rank, nranks, n, quiet, threads);
   }
   if (dlclose(lib) != 0) fail(std::string("dlclose: ") + dlerror());
   if (!quiet && oomflight_shutdown() != OOMFLIGHT_OK) fail(std::string("oomflight_shutdown: ") + oomflight_last_error());

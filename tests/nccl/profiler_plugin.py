@@ -112,6 +112,38 @@ class ProfilerPlugin(unittest.TestCase):
                                  check=True).stdout
             self.assertEqual(out, own)
 
+    def test_two_threads_as_nccl_calls_it(self):
+        # The user's thread starts and stops allreduces while another thread, as NCCL's proxy thread, reports their
+        # kernel channels; the collective history keeps the newest records: each start there has one device end.
+        work = Path(tempfile.mkdtemp(prefix="oomflight-nccl-threads-"))
+        ops = 50000
+        env = {**ENV, "NCCL_PROFILER_PLUGIN": PLUGIN, "OOMFLIGHT_RUN_NAME": "threads"}
+        proc = subprocess.run([LOADER, "v5", str(ops), "threads"], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertNotIn("not recorded", proc.stderr, "no operation may be dropped with 256 in flight")
+        archives = sorted((work / "threads" / "oomflight").glob("*.h5"))
+        self.assertEqual(len(archives), 1, proc.stdout + proc.stderr)
+        with h5py.File(archives[0], "r") as f:
+            collectives = f["collectives"][...]
+            ranks = f["ranks"][...]
+        mine = collectives[collectives["comm_id"] == COMM]
+        self.assertGreaterEqual(int(ranks[0]["collectives_recorded"]), 2 * ops)
+        self.assertFalse(((mine["phase"] == END) & (mine["flags"] == 0)).any(), "host ends only before any channel")
+        start_at, end_at = {}, {}
+        for i, r in enumerate(mine):
+            seq = int(r["seq"])
+            table = start_at if int(r["phase"]) == START else end_at
+            self.assertNotIn(seq, table, f"seq {seq}: two {'starts' if table is start_at else 'ends'}")
+            table[seq] = i
+        self.assertGreater(len(start_at), 4000)
+        for seq, i in start_at.items():
+            self.assertIn(seq, end_at, f"seq {seq} has no device end")
+            self.assertGreater(end_at[seq], i)
+        self.assertTrue(all(seq < min(start_at) for seq in set(end_at) - set(start_at)),
+                        "an end without its start only where the start was pushed out of the history")
+        self.assertEqual(max(start_at), ops - 1)
+
     def test_quiet_without_oomflight(self):
         # NCCL_PROFILER_PLUGIN unset: NCCL opens libnccl-profiler.so, here a link to the plugin on the library path
         # (the README's way to make it the default). oomflight_init is never called.
