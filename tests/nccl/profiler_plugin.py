@@ -9,6 +9,7 @@ Usage: profiler_plugin.py NCCL_LOADER PLUGIN OOMFLIGHT_CLI
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,11 @@ def expected_rows(rank: int, nranks: int):
 
 
 class ProfilerPlugin(unittest.TestCase):
+    def workdir(self, name: str) -> Path:
+        work = Path(tempfile.mkdtemp(prefix=f"oomflight-nccl-{name}-"))
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        return work
+
     def test_exports_the_three_versioned_structs_only(self):
         out = subprocess.run(["nm", "-D", "--defined-only", PLUGIN], capture_output=True, text=True, check=True).stdout
         names = {line.split()[-1] for line in out.splitlines() if line.strip()}
@@ -53,7 +59,7 @@ class ProfilerPlugin(unittest.TestCase):
         self.assertTrue((Path(PLUGIN).parent / "liboomflight.so").exists(), "the plugin sits next to liboomflight")
 
     def run_job(self, version: str, env_plugin: dict, launcher=()) -> Path:
-        work = Path(tempfile.mkdtemp(prefix=f"oomflight-nccl-{version}-"))
+        work = self.workdir(version)
         cmd = ["mpirun", "--oversubscribe", "-np", "2", "-x", f"OOMFLIGHT_RUN_NAME=nccl-{version}"]
         for name, value in env_plugin.items():
             cmd += ["-x", f"{name}={value}"]
@@ -115,7 +121,7 @@ class ProfilerPlugin(unittest.TestCase):
     def test_two_threads_as_nccl_calls_it(self):
         # The user's thread starts and stops allreduces while another thread, as NCCL's proxy thread, reports their
         # kernel channels; the collective history keeps the newest records: each start there has one device end.
-        work = Path(tempfile.mkdtemp(prefix="oomflight-nccl-threads-"))
+        work = self.workdir("threads")
         ops = 50000
         env = {**ENV, "NCCL_PROFILER_PLUGIN": PLUGIN, "OOMFLIGHT_RUN_NAME": "threads"}
         proc = subprocess.run([LOADER, "v5", str(ops), "threads"], cwd=work, env=env, capture_output=True, text=True,
@@ -147,7 +153,7 @@ class ProfilerPlugin(unittest.TestCase):
     def test_quiet_without_oomflight(self):
         # NCCL_PROFILER_PLUGIN unset: NCCL opens libnccl-profiler.so, here a link to the plugin on the library path
         # (the README's way to make it the default). oomflight_init is never called.
-        work = Path(tempfile.mkdtemp(prefix="oomflight-nccl-quiet-"))
+        work = self.workdir("quiet")
         (work / "lib").mkdir()
         (work / "lib" / "libnccl-profiler.so").symlink_to(PLUGIN)
         env = {**ENV, "LD_LIBRARY_PATH": str(work / "lib")}
