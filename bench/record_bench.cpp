@@ -8,6 +8,7 @@
 
 #include "oomflight/oomflight.h"
 #include "oomflight/record/recorder.hpp"
+#include "clock_floor.hpp"
 #include "linked_c_api.hpp"
 
 namespace {
@@ -74,14 +75,6 @@ void BM_RecorderRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_RecorderRecord)->Arg(kDefaultEntries)->Arg(kSmallEntries)->Threads(1)->Threads(2)->UseRealTime();
 
-void BM_ClockGettime(benchmark::State& state) {
-  timespec ts{};
-  for (auto _ : state) {
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    benchmark::DoNotOptimize(ts);
-  }
-  state.SetItemsProcessed(state.iterations());
-}
 BENCHMARK(BM_ClockGettime)->Threads(1)->UseRealTime();
 
 void BM_Rdtsc(benchmark::State& state) {

@@ -7,6 +7,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # so a ratio is only meaningful between runs taken in the same minutes.
 "$build/bench/oomflight_record_bench" --benchmark_min_time=0.2 --benchmark_repetitions=12 \
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+# The NCCL profiler plugin per collective, when it is built (NCCL's header found).
+if [[ -x "$build/bench/oomflight_collective_bench" ]]; then
+  "$build/bench/oomflight_collective_bench" --benchmark_min_time=0.2 --benchmark_repetitions=12 \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+fi
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 10 sleep
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_snapshot_bench" 100000 10 100

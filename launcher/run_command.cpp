@@ -1,7 +1,8 @@
 // `oomflight run [--run-name NAME] [--python|--no-python] -- CMD...`: sets the environment, checks it, and execs
-// CMD. For a Python command it also makes Python load oomflight's package at start-up (a sitecustomize on
-// PYTHONPATH, python/oomflight/_bootstrap), so `mpirun -np N oomflight run -- python train.py` records with no
-// change to train.py.
+// CMD. NCCL_PROFILER_PLUGIN names oomflight's NCCL profiler plugin when it is installed. For a Python command it
+// also makes Python load oomflight's package at start-up (a sitecustomize on PYTHONPATH,
+// python/oomflight/_bootstrap), so `mpirun -np N oomflight run -- python train.py` records with no change to
+// train.py.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -71,6 +72,18 @@ std::string inject_python_package() {
   return {};
 }
 
+// NCCL's profiler plugin, built and installed next to liboomflight: NCCL opens it by path (NCCL_PROFILER_PLUGIN
+// may name a file; docs/nccl.md), so any NCCL job run through `oomflight run` records its collectives. A job that
+// names a plugin of its own (or "none") keeps it.
+void set_nccl_profiler_plugin() {
+  if (const char* own = std::getenv("NCCL_PROFILER_PLUGIN"); own != nullptr && *own != '\0') return;
+  const std::string library = own_library_path();
+  if (library.empty()) return;
+  const fs::path plugin = fs::path(library).parent_path() / "libnccl-profiler-oomflight.so";
+  std::error_code ec;
+  if (fs::is_regular_file(plugin, ec)) setenv("NCCL_PROFILER_PLUGIN", plugin.c_str(), 1);
+}
+
 }  // namespace
 
 Command add_run(CLI::App& app) {
@@ -97,6 +110,7 @@ Command add_run(CLI::App& app) {
         oomflight_log(OOMFLIGHT_LOG_WARN, (error + "; running the job without it").c_str());
       }
     }
+    set_nccl_profiler_plugin();
     try {
       Config::from_environment();  // a bad value stops here, before the job starts, naming the variable
     } catch (const ConfigError& e) {

@@ -22,6 +22,9 @@ soname=$(objdump -p "$build/core/liboomflight.so" | awk '/SONAME/ {print $2}')
 strip --strip-debug -o "$dest/bin/oomflight" "$build/bin/oomflight"
 strip --strip-debug -o "$dest/lib/$soname" "$build/core/liboomflight.so"
 [[ $soname == liboomflight.so ]] || ln -s "$soname" "$dest/lib/liboomflight.so"
+# The NCCL profiler plugin, when it is built: next to the library, which it finds through $ORIGIN (nccl_check.py).
+plugin="$build/core/libnccl-profiler-oomflight.so"
+[[ ! -e $plugin ]] || strip --strip-debug -o "$dest/lib/libnccl-profiler-oomflight.so" "$plugin"
 # The launcher under its Debian layout, so that OPAL_PREFIX=$dest/usr relocates it.
 cp -L /usr/bin/orterun "$dest/usr/bin/orterun"
 ln -s orterun "$dest/usr/bin/mpirun"

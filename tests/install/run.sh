@@ -48,6 +48,16 @@ got=$("$prefix/bin/oomflight" --version)
 [ "$got" = "oomflight $version" ] || fail "oomflight --version printed '$got', expected 'oomflight $version'"
 echo "bin/oomflight --version: $got"
 
+# The NCCL profiler plugin, when it was built: next to the library, finding it there alone ($ORIGIN), and named by
+# the installed `oomflight run`.
+if [ -e "$libdir/libnccl-profiler-oomflight.so" ]; then
+  env -u LD_LIBRARY_PATH ldd "$libdir/libnccl-profiler-oomflight.so" | grep -q "liboomflight.so.* => $libdir/" ||
+    fail "the NCCL profiler plugin does not find the liboomflight beside it"
+  got=$(env -u NCCL_PROFILER_PLUGIN "$prefix/bin/oomflight" run -- sh -c 'printf %s "$NCCL_PROFILER_PLUGIN"')
+  [ "$(readlink -f "$got")" = "$(readlink -f "$libdir/libnccl-profiler-oomflight.so")" ] || fail "oomflight run set NCCL_PROFILER_PLUGIN to '$got'"
+  echo "NCCL profiler plugin: installed beside the library, named by oomflight run"
+fi
+
 # Every installed header compiles alone against the prefix, and none opens a dependency's header.
 while IFS= read -r header; do
   if [[ $header == *.h ]]; then
