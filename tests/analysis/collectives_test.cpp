@@ -78,21 +78,46 @@ TEST(Collectives, TheRanksThatWaitAndTheOriginThatNeverEntered) {
 TEST(Collectives, ARankMoreThanOneBehindAndOneInAnotherOperation) {
   Builder b(4, {3});
   b.op(0, 0, true).op(0, 1, true).op(0, 2, true).op(0, 3, false);
-  b.op(1, 0, true).op(1, 1, true).op(1, 2, true).op(1, 3, false, CollectiveOp::broadcast);
+  // Rank 1 finished allreduce #2, then entered a broadcast the others never called: NCCL numbers it on its own.
+  b.op(1, 0, true).op(1, 1, true).op(1, 2, true).op(1, 0, false, CollectiveOp::broadcast);
   b.op(2, 0, true).op(2, 1, false);  // waits in #1: two behind
   // rank 3, the origin, entered nothing at all
   const CollectiveAnalysis c = analyze_collectives(b.a);
-  const CommunicatorVerdict& v = c.communicators.at(0);
-  EXPECT_EQ(v.waiting, (std::vector<int>{0, 1}));
+  ASSERT_EQ(c.communicators.size(), 2u);  // allreduce and broadcast, each its own sequence
+  const CommunicatorVerdict& v = c.communicators[0];
+  EXPECT_EQ(v.op, CollectiveOp::allreduce);
+  EXPECT_EQ(v.seq, 3u);
+  EXPECT_EQ(v.waiting, (std::vector<int>{0}));
+  EXPECT_EQ(v.short_of_it, (std::vector<int>{1}));
   EXPECT_EQ(v.different_op, (std::vector<int>{1}));
   EXPECT_EQ(v.behind, (std::vector<int>{2, 3}));
   const auto lines = describe_verdict(b.a, c, v);
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0], "ranks 0, 1 wait in allreduce #3 on the world communicator (4 ranks; 8.00 MiB), which rank 3 "
-                      "never entered: it ran out of memory in batch 5");
-  EXPECT_EQ(lines[1], "rank 2 is 2 operations behind: it waits in allreduce #1 (8.00 MiB)");
-  EXPECT_EQ(lines[2], "rank 1 entered broadcast as #3 instead: the ranks' operations on the world communicator are "
-                      "out of order");
+  EXPECT_EQ(lines[0], "rank 0 waits in allreduce #3 on the world communicator (4 ranks; 8.00 MiB), which rank 3 never "
+                      "entered: it ran out of memory in batch 5");
+  EXPECT_EQ(lines[1], "rank 1 never entered it: it waits in broadcast #0 (8.00 MiB) on the same communicator instead "
+                      "(the ranks are in different operations)");
+  EXPECT_EQ(lines[2], "rank 2 is 2 operations behind: it waits in allreduce #1 (8.00 MiB)");
+  EXPECT_EQ(c.communicators[1].op, CollectiveOp::broadcast);
+  EXPECT_EQ(c.communicators[1].waiting, (std::vector<int>{1}));
+}
+
+TEST(Collectives, EachOperationHasItsOwnSequence) {
+  // As torch's DDP does: broadcasts #0, #1 at start, then allreduces #0, #1 on the same communicator.
+  Builder b(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    b.op(rank, 0, true, CollectiveOp::broadcast).op(rank, 1, true, CollectiveOp::broadcast);
+    b.op(rank, 0, true).op(rank, 1, rank == 0);
+  }
+  const CollectiveAnalysis c = analyze_collectives(b.a);
+  ASSERT_EQ(c.ranks[0].operations.size(), 4u);  // broadcast #0 and allreduce #0 are two operations
+  EXPECT_TRUE(c.ranks[0].operations[2].finished());
+  ASSERT_EQ(c.communicators.size(), 2u);
+  EXPECT_EQ(c.communicators[0].op, CollectiveOp::allreduce);
+  EXPECT_EQ(c.communicators[0].seq, 1u);
+  EXPECT_EQ(c.communicators[0].finished, (std::vector<int>{0}));  // allreduce #1: rank 0 done, rank 1 inside
+  EXPECT_EQ(c.communicators[0].waiting, (std::vector<int>{1}));
+  EXPECT_TRUE(describe_verdict(b.a, c, c.communicators[1]).empty());  // broadcasts: all finished
 }
 
 TEST(Collectives, AllFinishedGivesNoVerdictAndTheDeviceEndWins) {

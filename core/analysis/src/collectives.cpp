@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -31,13 +32,14 @@ RankOperation operation_of(const CollectiveRow& r) {
   return op;
 }
 
-// One rank's records paired by (communicator, sequence number). A later start of the same key (a source that
-// restarted its numbering) opens a new operation.
+// One rank's records paired by (communicator, operation, sequence number): NCCL numbers each function separately
+// per communicator (ncclComm's seqNumber[func]), so allreduce #3 and broadcast #3 are two operations. A later start
+// of the same key (a source that restarted its numbering) opens a new operation.
 std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
   std::vector<RankOperation> ops;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> open;  // key -> index in ops, until its end
+  std::map<std::tuple<std::uint64_t, CollectiveOp, std::uint64_t>, std::size_t> open;  // key -> index, until its end
   for (const CollectiveRow& r : rows) {
-    const auto key = std::make_pair(r.comm_id, r.seq);
+    const auto key = std::make_tuple(r.comm_id, r.op, r.seq);
     if (r.phase == CollectivePhase::start) {
       RankOperation op = operation_of(r);
       op.start_t_ns = r.t_ns;
@@ -50,7 +52,7 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
     if (it == open.end()) {
       // An end whose start was overwritten, or a second end (the device's after the host's) of a known operation.
       const auto done = std::find_if(ops.rbegin(), ops.rend(), [&](const RankOperation& o) {
-        return o.comm_id == r.comm_id && o.seq == r.seq;
+        return o.comm_id == r.comm_id && o.op == r.op && o.seq == r.seq;
       });
       if (done != ops.rend()) {
         if (device && !done->device_completion) {
@@ -77,7 +79,9 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
 
 CollectiveAnalysis analyze_collectives(const Archive& a) {
   CollectiveAnalysis out;
-  std::map<std::uint64_t, CommunicatorVerdict> comms;
+  // One verdict per (communicator, operation): each operation has its own sequence numbers.
+  std::map<std::pair<std::uint64_t, CollectiveOp>, CommunicatorVerdict> series;
+  std::map<std::uint64_t, std::vector<int>> members;  // communicator -> ranks that registered it or recorded on it
   for (const RankRow& row : a.ranks) {
     RankCollectiveState s;
     s.rank = row.rank;
@@ -94,58 +98,57 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
       } else {
         s.in_flight = i;  // oldest first: the last one not finished is the newest
       }
-      CommunicatorVerdict& v = comms[op.comm_id];
+      CommunicatorVerdict& v = series[{op.comm_id, op.op}];
       v.comm_id = op.comm_id;
-      v.members.push_back(row.rank);
-    }
-    for (const CommunicatorRow& c : a.communicators_of(row.rank)) {
-      auto it = comms.find(c.comm_id);
-      if (it == comms.end()) continue;  // registered, never used: no verdict to give
-      it->second.name = fixed_string(c.name);
-      it->second.size = c.comm_size;
+      v.op = op.op;
+      members[op.comm_id].push_back(row.rank);
     }
     out.ranks.push_back(std::move(s));
   }
-  // Members: every rank that recorded on the communicator or registered it.
   for (const CommunicatorRow& c : a.communicators) {
-    auto it = comms.find(c.comm_id);
-    if (it != comms.end()) it->second.members.push_back(c.rank);
+    if (members.contains(c.comm_id)) members[c.comm_id].push_back(c.rank);
   }
-  for (auto& [id, v] : comms) {
+  const auto state_of = [&](int rank) -> const RankCollectiveState& {
+    return *std::find_if(out.ranks.begin(), out.ranks.end(), [&](const auto& x) { return x.rank == rank; });
+  };
+  for (auto& [key, v] : series) {
+    for (const CommunicatorRow& c : a.communicators) {
+      if (c.comm_id == v.comm_id) {
+        v.name = fixed_string(c.name);
+        v.size = c.comm_size;
+      }
+    }
+    v.members = members[v.comm_id];
     std::sort(v.members.begin(), v.members.end());
     v.members.erase(std::unique(v.members.begin(), v.members.end()), v.members.end());
-    // The frontier: the highest sequence number entered by any member, and the operation as its first member had it.
-    bool any = false;
+    // The frontier: the highest sequence number of this operation any member entered.
     for (const int rank : v.members) {
-      for (const RankOperation& op : out.ranks[static_cast<std::size_t>(
-               std::find_if(out.ranks.begin(), out.ranks.end(), [&](const auto& s) { return s.rank == rank; }) -
-               out.ranks.begin())].operations) {
-        if (op.comm_id != id) continue;
-        if (!any || op.seq > v.seq) {
+      for (const RankOperation& op : state_of(rank).operations) {
+        if (op.comm_id == v.comm_id && op.op == v.op && op.seq >= v.seq) {
           v.seq = op.seq;
-          v.op = op.op;
           v.bytes = op.bytes;
-          any = true;
         }
       }
     }
     for (const int rank : v.members) {
-      const auto& s = *std::find_if(out.ranks.begin(), out.ranks.end(), [&](const auto& x) { return x.rank == rank; });
+      const RankCollectiveState& s = state_of(rank);
       std::int64_t newest = -1;
       const RankOperation* at_frontier = nullptr;
       for (const RankOperation& op : s.operations) {
-        if (op.comm_id != id) continue;
+        if (op.comm_id != v.comm_id || op.op != v.op) continue;
         newest = std::max(newest, static_cast<std::int64_t>(op.seq));
         if (op.seq == v.seq) at_frontier = &op;
       }
       v.newest_seq.push_back(newest);
       if (at_frontier != nullptr) {
-        if (at_frontier->op != v.op) v.different_op.push_back(rank);
         (at_frontier->finished() ? v.finished : v.waiting).push_back(rank);
-      } else if (newest + 1 == static_cast<std::int64_t>(v.seq)) {
-        v.short_of_it.push_back(rank);
-      } else {
-        v.behind.push_back(rank);
+        continue;
+      }
+      (newest + 1 == static_cast<std::int64_t>(v.seq) ? v.short_of_it : v.behind).push_back(rank);
+      // Short of this operation because it waits in another one on the same communicator: the ranks disagree.
+      if (s.in_flight >= 0) {
+        const RankOperation& other = s.operations[static_cast<std::size_t>(s.in_flight)];
+        if (other.comm_id == v.comm_id && other.op != v.op) v.different_op.push_back(rank);
       }
     }
     out.communicators.push_back(std::move(v));
@@ -166,7 +169,7 @@ std::string describe_operation(const RankOperation& op) {
 std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnalysis& analysis,
                                           const CommunicatorVerdict& v) {
   std::vector<std::string> lines;
-  if (v.waiting.empty() && v.short_of_it.empty() && v.behind.empty() && v.different_op.empty()) return lines;
+  if (v.waiting.empty() && v.short_of_it.empty() && v.behind.empty()) return lines;
   const auto state = [&](int rank) -> const RankCollectiveState& {
     return *std::find_if(analysis.ranks.begin(), analysis.ranks.end(), [&](const auto& s) { return s.rank == rank; });
   };
@@ -210,10 +213,15 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
         break;
       }
     }
-    if (s.in_flight >= 0 && s.operations[static_cast<std::size_t>(s.in_flight)].comm_id == v.comm_id) {
-      lines.push_back(fmt::format("rank {} is {} behind: it waits in {}",
-                                  rank, short_by == 1 ? "one operation" : fmt::format("{} operations", short_by),
-                                  describe_operation(s.operations[static_cast<std::size_t>(s.in_flight)])));
+    const RankOperation* waits = s.in_flight >= 0 ? &s.operations[static_cast<std::size_t>(s.in_flight)] : nullptr;
+    if (waits != nullptr && waits->comm_id == v.comm_id && waits->op != v.op) {
+      lines.push_back(fmt::format("rank {} never entered it: it waits in {} on the same communicator instead (the "
+                                  "ranks are in different operations)",
+                                  rank, describe_operation(*waits)));
+    } else if (waits != nullptr && waits->comm_id == v.comm_id) {
+      lines.push_back(fmt::format("rank {} is {} behind: it waits in {}", rank,
+                                  short_by == 1 ? "one operation" : fmt::format("{} operations", short_by),
+                                  describe_operation(*waits)));
     } else if (short_by <= 1) {
       lines.push_back(fmt::format("rank {} had not reached it yet: still computing batch {} (its last finished "
                                   "operation on it: {})",
@@ -223,16 +231,6 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
                                   "operation on it: {})",
                                   rank, newest < 0 ? fmt::format("{} (it entered none)", short_by) : std::to_string(short_by),
                                   s.batch, last));
-    }
-  }
-  for (const int rank : v.different_op) {
-    const RankCollectiveState& s = state(rank);
-    for (const RankOperation& op : s.operations) {
-      if (op.comm_id == v.comm_id && op.seq == v.seq) {
-        lines.push_back(fmt::format("rank {} entered {} as #{} instead: the ranks' operations on {} are out of order",
-                                    rank, collective_op_name(op.op), op.seq, communicator_label(v)));
-        break;
-      }
     }
   }
   return lines;

@@ -345,7 +345,11 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
 }
 
 int oomflight_record_collective(const struct oomflight_collective* c) {
-  if (!g_session) return not_initialised("oomflight_record_collective");
+  // Without a session this is the NCCL plugin's every call in a job oomflight does not watch: a fixed message (an
+  // assign into the thread's kept buffer), not a formatted one, so that the quiet path costs less than recording.
+  if (!g_session) {
+    return fail(OOMFLIGHT_ESTATE, "oomflight_record_collective: oomflight_init was not called (or oomflight_shutdown was)");
+  }
   if (c == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_record_collective: record is NULL");
   if (c->struct_size < sizeof(oomflight_collective)) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_record_collective: struct_size {} is below {} (use OOMFLIGHT_COLLECTIVE_INIT)",

@@ -55,7 +55,11 @@ CollectiveRingCopy CollectiveRing::copy() const {
   for (std::uint64_t k = 0; k < slots; ++k) {
     const Slot& slot = slots_[k];
     const std::uint64_t before = slot.seq.load(std::memory_order_acquire);
-    if (before == 0 || (before & 1) != 0) continue;
+    if (before == 0) continue;
+    if ((before & 1) != 0) {  // a write in progress (an index claimed before the copy, counted in `claimed`)
+      if (before / 2 < claimed) ++out.in_flight;
+      continue;
+    }
     if (before / 2 - 1 >= claimed) continue;  // claimed after the copy began
     std::uint64_t words[kWords];
     for (int w = 0; w < kWords; ++w) words[w] = slot.words[w].load(std::memory_order_relaxed);
@@ -66,10 +70,11 @@ CollectiveRingCopy CollectiveRing::copy() const {
   std::stable_sort(out.records.begin(), out.records.end(),
                    [](const Collective& a, const Collective& b) { return a.t_ns < b.t_ns; });
   out.recorded = claimed >= skipped ? claimed - skipped : 0;
-  // Indices older than one lap are overwritten; of the last lap's, those not complete were being written.
-  out.overwritten = claimed > slots ? claimed - slots : 0;
+  // Every record offered is kept, being written, or was overwritten by a newer one (skipped indices are no
+  // records): exact once the writers are quiet, and the three always add up.
   const std::uint64_t kept = out.records.size();
-  out.in_flight = out.recorded > out.overwritten + kept ? out.recorded - out.overwritten - kept : 0;
+  out.in_flight = std::min(out.in_flight, out.recorded - std::min(out.recorded, kept));
+  out.overwritten = out.recorded - kept - out.in_flight;
   return out;
 }
 

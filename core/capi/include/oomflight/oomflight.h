@@ -246,8 +246,9 @@ struct oomflight_collective {
   int32_t op;            /**< enum oomflight_collective_op */
   uint64_t comm_id;      /**< the communicator: the same value on every rank of it (NCCL's commId/commHash; the
                               MPI sources use oomflight_world_communicator()) */
-  uint64_t seq;          /**< this rank's sequence number of the operation on the communicator, from 0 (NCCL's
-                              seqNumber); a start and its end carry the same */
+  uint64_t seq;          /**< this rank's sequence number of this operation (op) on the communicator, from 0:
+                              NCCL's seqNumber, which counts each function separately (allreduce #3 and broadcast #3
+                              are two operations); a start and its end carry the same */
   uint64_t count;        /**< elements */
   uint64_t bytes;        /**< bytes this rank sends (its buffer); 0: count x the datatype's size */
   uint64_t stream;       /**< the CUDA stream handle as an integer; 0: none (a host collective) */

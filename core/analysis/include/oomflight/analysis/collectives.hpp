@@ -39,20 +39,21 @@ struct RankCollectiveState {
   int last_finished = -1;            ///< index of the newest finished operation; -1: none
 };
 
-/// One communicator at its frontier: the operation with the highest sequence number any rank entered.
+/// One operation of one communicator (NCCL numbers each operation separately: allreduce #3 and broadcast #3 are
+/// two) at its frontier: the highest sequence number of it any rank entered.
 struct CommunicatorVerdict {
   std::uint64_t comm_id = 0;
   std::string name;                  ///< as registered ("world", NCCL's commName); empty when none
   int size = 0;                      ///< as registered; 0 when not registered
   std::vector<int> members;          ///< job ranks present that registered it or recorded on it, ascending
   std::uint64_t seq = 0;             ///< the frontier
-  CollectiveOp op = CollectiveOp::other;  ///< as the first rank that entered it recorded it
+  CollectiveOp op = CollectiveOp::other;  ///< the operation whose sequence this is
   std::uint64_t bytes = 0;
   std::vector<int> waiting;          ///< inside it at the freeze (entered, not finished)
   std::vector<int> finished;         ///< past it
   std::vector<int> short_of_it;      ///< never entered it, one operation short (their newest is seq - 1)
   std::vector<int> behind;           ///< never entered it, more than one short (or never entered any)
-  std::vector<int> different_op;     ///< entered sequence number `seq` as another operation
+  std::vector<int> different_op;     ///< short of it while waiting in another operation on the communicator
   /// The newest sequence number each member entered, -1 for none, in the order of `members`.
   std::vector<std::int64_t> newest_seq;
 };
@@ -60,12 +61,12 @@ struct CommunicatorVerdict {
 /// Every rank's operations and every communicator's verdict.
 struct CollectiveAnalysis {
   std::vector<RankCollectiveState> ranks;         ///< every rank present, by rank
-  std::vector<CommunicatorVerdict> communicators;  ///< communicators with records, by comm_id
+  std::vector<CommunicatorVerdict> communicators;  ///< (communicator, operation) pairs with records, by comm_id, op
   bool empty() const { return communicators.empty(); }
 };
 
-/// Pairs each rank's records (a start with the end of the same communicator and sequence number; the device's end
-/// is preferred to the host's) and judges every communicator. Pure; thread-safe.
+/// Pairs each rank's records (a start with the end of the same communicator, operation and sequence number; the
+/// device's end is preferred to the host's) and judges every operation of every communicator. Pure; thread-safe.
 OOMFLIGHT_API CollectiveAnalysis analyze_collectives(const Archive& archive);
 
 /// The communicator's name for a sentence: "the world communicator", "communicator 'pg0'", or "communicator
@@ -74,8 +75,8 @@ OOMFLIGHT_API std::string communicator_label(const CommunicatorVerdict& verdict)
 
 /// The verdict in sentences, the first being the one line that says what happened, e.g. "ranks 0, 1 wait in
 /// allreduce #0 on the world communicator (4 ranks; 8 B), which rank 2 never entered: it ran out of memory in
-/// batch 0", followed by a sentence for each rank still short of it, behind or in another operation. Empty for a
-/// communicator whose members all finished its frontier.
+/// batch 0", followed by a sentence for each rank still short of it, behind or waiting in another operation. Empty
+/// when every member finished the frontier.
 OOMFLIGHT_API std::vector<std::string> describe_verdict(const Archive& archive, const CollectiveAnalysis& analysis,
                                                         const CommunicatorVerdict& verdict);
 

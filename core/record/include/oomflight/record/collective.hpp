@@ -73,7 +73,8 @@ OOMFLIGHT_API bool valid_data_type(std::uint8_t value);
 struct Collective {
   std::int64_t t_ns = 0;
   std::uint64_t comm_id = 0;   ///< the communicator, equal on all its ranks
-  std::uint64_t seq = 0;       ///< this rank's sequence number of the operation on the communicator, from 0
+  std::uint64_t seq = 0;       ///< this rank's sequence number of this op on the communicator, from 0 (NCCL
+                               ///< counts each function separately: (comm_id, op, seq) names an operation)
   std::uint64_t count = 0;     ///< elements
   std::uint64_t bytes = 0;     ///< this rank's buffer, bytes
   std::uint64_t stream = 0;
