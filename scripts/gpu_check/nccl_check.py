@@ -26,21 +26,23 @@ OPS = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoa
        "scatter", "barrier", "other"]
 
 
-def worker(rank: int, out: Path) -> None:
+def worker(rank: int, out: Path, world_size: int = 2) -> None:
     import torch
     import torch.distributed as dist
 
     import oomflight
 
     oomflight.init()
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=torch.device("cuda:0"))
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device("cuda:0"))
     print(f"rank {rank}: torch {torch.__version__}, NCCL {torch.cuda.nccl.version()}", flush=True)
     x = torch.ones(1 << 20, device="cuda")
     for _ in range(ALLREDUCES):
         dist.all_reduce(x)
     dist.broadcast(x, src=0)
     y = x[:256].clone()
-    if rank == 0:
+    if world_size == 1:
+        pass  # no peer: NCCL's one-rank path (ncclLaunchOneRank) copies, and tells the profiler nothing
+    elif rank == 0:
         dist.send(y, dst=1)
     else:
         dist.recv(y, src=0)
@@ -114,14 +116,41 @@ def main(out: Path) -> int:
             ok = False
         summary["ranks"].append(entry)
     summary["ok"] = ok
+    summary["one_rank"] = one_rank(out, plugin)
     (out / "nccl_summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
     print("nccl_check:", "OK" if ok else "FAILED")
     return 0 if ok else 1
 
 
+def one_rank(out: Path, plugin: Path) -> dict:
+    """The issue's suggestion, a one-rank communicator (torch DDP of world size 1): NCCL's nRanks == 1 path
+    (src/enqueue.cc, ncclLaunchOneRank) starts no profiler event, so the archive is expected to hold no NCCL
+    collective. Recorded as a finding, not a pass or fail."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    work = Path(tempfile.mkdtemp(prefix="nccl-check-one-"))
+    env = {**os.environ, "NCCL_PROFILER_PLUGIN": str(plugin), "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV",
+           "NCCL_DEBUG_FILE": str(out / "nccl-one.log"), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "OOMFLIGHT_RUN_NAME": "nccl-check-one", "PYTHONPATH": f"{ROOT / 'python'}:" + os.environ.get("PYTHONPATH", "")}
+    with open(out / "worker-one.log", "w") as log:
+        try:
+            code = subprocess.run([sys.executable, __file__, "--worker", "0", str(out), "1"], cwd=work, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=120).returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    archives = sorted(work.rglob("*.h5"))
+    result = {"exit": code, "archives": [str(a) for a in archives]}
+    if archives:
+        colls, comms = rows(archives[-1])
+        result["nccl_collectives"] = [f"{OPS[c['op']]} seq {c['seq']} phase {c['phase']}" for c in colls]
+        result["communicators"] = [c["name"] for c in comms]
+    return result
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]), Path(sys.argv[3]))
+        worker(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 2)
     else:
         sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "nccl-check-out")))
