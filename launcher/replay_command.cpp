@@ -35,15 +35,15 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("--device-memory: {}", e.what()));
   }
-  // RANK=VALUE, VALUE parsed by `parse`: the flag and the value are named on error.
-  const auto per_rank = [](const std::vector<std::string>& specs, const char* flag, const char* example,
-                           const auto& parse, auto& into) {
+  // RANK=VALUE, VALUE parsed by `parse`: the flag, the expected form and the value are named on error.
+  const auto per_rank = [](const std::vector<std::string>& specs, const char* flag, const char* form,
+                           const char* example, const auto& parse, auto& into) {
     for (const auto& spec : specs) {
       const auto eq = spec.find('=');
       int rank = -1;
       const auto [end, ec] = std::from_chars(spec.data(), spec.data() + (eq == std::string::npos ? 0 : eq), rank);
       if (eq == std::string::npos || ec != std::errc() || end != spec.data() + eq || rank < 0) {
-        throw std::invalid_argument(fmt::format("{} '{}': expected RANK=VALUE, e.g. {}", flag, spec, example));
+        throw std::invalid_argument(fmt::format("{} '{}': expected {}, e.g. {}", flag, spec, form, example));
       }
       try {
         into[rank] = parse(spec.substr(eq + 1));
@@ -52,9 +52,9 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
       }
     }
   };
-  per_rank(f.rank_device_memory, "--rank-device-memory", "2=40GiB",
+  per_rank(f.rank_device_memory, "--rank-device-memory", "RANK=SIZE", "2=40GiB",
            [](const std::string& v) { return parse_bytes(v); }, o.rank_device_memory_bytes);
-  per_rank(f.rank_delay, "--rank-delay", "3=1s", [](const std::string& v) { return parse_duration(v); },
+  per_rank(f.rank_delay, "--rank-delay", "RANK=DURATION", "3=1s", [](const std::string& v) { return parse_duration(v); },
            o.rank_delay);
   return o;
 }

@@ -51,7 +51,8 @@ std::string write_rank_file(const std::filesystem::path& dir, int rank, const st
                                        dump_number ? fmt::format("{}.", *dump_number) : "", rank))
                         .string();
   write_archive(path, h, RankDump{.row = row, .events = events, .stacks = &stacks, .batches = {}, .context = {},
-                                   .state_segments = {}, .state_blocks = {}});
+                                   .state_segments = {}, .state_blocks = {}, .collectives = {},
+                                   .communicators = {}});
   return path;
 }
 

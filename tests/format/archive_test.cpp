@@ -63,7 +63,7 @@ Fixture make_fixture() {
 // The fixture's one rank as the writer takes it (no batches, context or allocator state).
 RankDump dump_of(const Fixture& f) {
   return RankDump{.row = f.row, .events = f.events, .stacks = &f.stacks, .batches = {}, .context = {},
-                  .state_segments = {}, .state_blocks = {}};
+                  .state_segments = {}, .state_blocks = {}, .collectives = {}, .communicators = {}};
 }
 
 TEST(Archive, RoundTripsOneRank) {

@@ -42,6 +42,13 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheProblem) {
   EXPECT_NE(bad_rank.output.find("oomflight error: --rank-device-memory 'two=1GiB': expected RANK=SIZE"),
             std::string::npos)
       << bad_rank.output;
+  for (const char* delay : {"2", "x=1s", "2=soon"}) {
+    const auto bad_delay = run_command(
+        cli((std::string("replay t.pickle --device-memory 1GiB --rank-delay ") + delay).c_str()), dir.path());
+    EXPECT_EQ(bad_delay.exit_code, 2) << bad_delay.output;
+    EXPECT_NE(bad_delay.output.find(std::string("oomflight error: --rank-delay '") + delay + "'"), std::string::npos)
+        << bad_delay.output;
+  }
   const auto bad_size = run_command(cli("replay t.pickle --device-memory lots"), dir.path());
   EXPECT_EQ(bad_size.exit_code, 2);
   EXPECT_NE(bad_size.output.find("--device-memory: "), std::string::npos) << bad_size.output;

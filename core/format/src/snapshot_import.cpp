@@ -266,7 +266,9 @@ ArchiveHeader import_torch_snapshots(const std::vector<SnapshotInput>& inputs, c
       header.reason += (header.reason.empty() ? "" : "\n") + r.reason;
     }
     header.ranks_present.push_back(r.row.rank);
-    dumps.push_back(RankDump{r.row, r.events, &r.stacks, r.batches, r.context, r.state_segments, r.state_blocks});
+    // An imported snapshot has no collectives: PyTorch's snapshots hold none.
+    dumps.push_back(
+        RankDump{r.row, r.events, &r.stacks, r.batches, r.context, r.state_segments, r.state_blocks, {}, {}});
   }
   header.kind = header.origin_ranks.empty() ? "snapshot" : "oom";
   if (header.origin_ranks.empty()) header.window_first_batch = header.window_last_batch = 0;
