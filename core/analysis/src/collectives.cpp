@@ -108,9 +108,9 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
   for (const CommunicatorRow& c : a.communicators) {
     if (members.contains(c.comm_id)) members[c.comm_id].push_back(c.rank);
   }
-  const auto state_of = [&](int rank) -> const RankCollectiveState& {
-    return *std::find_if(out.ranks.begin(), out.ranks.end(), [&](const auto& x) { return x.rank == rank; });
-  };
+  std::stable_sort(out.ranks.begin(), out.ranks.end(), [](const auto& x, const auto& y) { return x.rank < y.rank; });
+  // Members are ranks of /ranks (the reader checks every row's rank), so each has a state.
+  const auto state_of = [&](int rank) -> const RankCollectiveState& { return *out.rank_state(rank); };
   for (auto& [key, v] : series) {
     for (const CommunicatorRow& c : a.communicators) {
       if (c.comm_id == v.comm_id) {
@@ -156,6 +156,12 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
   return out;
 }
 
+const RankCollectiveState* CollectiveAnalysis::rank_state(int rank) const {
+  const auto it = std::lower_bound(ranks.begin(), ranks.end(), rank,
+                                   [](const RankCollectiveState& s, int r) { return s.rank < r; });
+  return it != ranks.end() && it->rank == rank ? &*it : nullptr;
+}
+
 std::string communicator_label(const CommunicatorVerdict& v) {
   if (v.name == "world") return "the world communicator";
   if (!v.name.empty()) return fmt::format("communicator '{}'", v.name);
@@ -170,9 +176,7 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
                                           const CommunicatorVerdict& v) {
   std::vector<std::string> lines;
   if (v.waiting.empty() && v.short_of_it.empty() && v.behind.empty()) return lines;
-  const auto state = [&](int rank) -> const RankCollectiveState& {
-    return *std::find_if(analysis.ranks.begin(), analysis.ranks.end(), [&](const auto& s) { return s.rank == rank; });
-  };
+  const auto state = [&](int rank) -> const RankCollectiveState& { return *analysis.rank_state(rank); };
   const std::string what = fmt::format("{} #{} on {} ({}{})", collective_op_name(v.op), v.seq, communicator_label(v),
                                        v.size > 0 ? fmt::format("{} ranks; ", v.size) : "", format_bytes(v.bytes));
   std::vector<int> missing_origins, missing_others;
@@ -204,7 +208,7 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
   for (const int rank : missing_others) {
     const RankCollectiveState& s = state(rank);
     const std::int64_t newest = v.newest_seq[static_cast<std::size_t>(
-        std::find(v.members.begin(), v.members.end(), rank) - v.members.begin())];
+        std::lower_bound(v.members.begin(), v.members.end(), rank) - v.members.begin())];  // members ascend
     const auto short_by = static_cast<std::int64_t>(v.seq) - newest;
     std::string last = "none";
     for (auto it = s.operations.rbegin(); it != s.operations.rend(); ++it) {

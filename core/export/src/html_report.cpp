@@ -422,9 +422,8 @@ std::string collectives_section(const Archive& a, const Grid& g, const std::vect
         view.s->row.rank);
     put(out, "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", kLeft, kLeft + kPlotW,
         y + kLane, y + kLane);
-    const auto state = std::find_if(c.ranks.begin(), c.ranks.end(),
-                                    [&](const RankCollectiveState& r) { return r.rank == view.s->row.rank; });
-    if (state == c.ranks.end()) continue;
+    const RankCollectiveState* state = c.rank_state(view.s->row.rank);
+    if (state == nullptr) continue;
     const RankRow& row = view.s->row;
     for (const RankOperation& op : state->operations) {
       const std::int64_t start = op.start_t_ns != 0 ? op.start_t_ns : op.end_t_ns;

@@ -165,9 +165,8 @@ std::string render_perfetto(const Archive& a) {
     }
     // Collectives on their own track: a slice from start to end, or to the freeze for one still in flight (the
     // rank waits in it), named as the report names it.
-    const auto rank_ops = std::find_if(collectives.ranks.begin(), collectives.ranks.end(),
-                                       [&](const RankCollectiveState& c) { return c.rank == row.rank; });
-    if (rank_ops != collectives.ranks.end() && !rank_ops->operations.empty()) {
+    const RankCollectiveState* rank_ops = collectives.rank_state(row.rank);
+    if (rank_ops != nullptr && !rank_ops->operations.empty()) {
       trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 1},
                        {"args", {{"name", "collectives"}}}});
       for (const RankOperation& op : rank_ops->operations) {

@@ -60,9 +60,12 @@ struct CommunicatorVerdict {
 
 /// Every rank's operations and every communicator's verdict.
 struct CollectiveAnalysis {
-  std::vector<RankCollectiveState> ranks;         ///< every rank present, by rank
+  std::vector<RankCollectiveState> ranks;         ///< every rank present, ascending by rank
   std::vector<CommunicatorVerdict> communicators;  ///< (communicator, operation) pairs with records, by comm_id, op
   bool empty() const { return communicators.empty(); }
+  /// The state of `rank`, or nullptr when it is not present. O(log ranks): the report and the exporters ask once
+  /// per rank, and a linear search made that quadratic in the world size.
+  OOMFLIGHT_API const RankCollectiveState* rank_state(int rank) const;
 };
 
 /// Pairs each rank's records (a start with the end of the same communicator, operation and sequence number; the
