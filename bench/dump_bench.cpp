@@ -182,6 +182,20 @@ int main(int argc, char** argv) {
                 "it (median of the rounds' ratios)\n",
                 median(dd_floor), median(to_dd));
   }
+  {
+    // Each rank's peak resident memory (the process: MPI, HDF5, the ring, the dump's copies), for the memory per
+    // rank that docs/scale.md carries to 16,384 ranks.
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    const double mib = static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+    std::vector<double> all(static_cast<std::size_t>(size));
+    MPI_Gather(&mib, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::printf("peak resident memory per rank: median %.1f MiB, largest %.1f MiB (rank %d)\n", median(all),
+                  *std::max_element(all.begin(), all.end()),
+                  static_cast<int>(std::max_element(all.begin(), all.end()) - all.begin()));
+    }
+  }
   if (idle > 0) {
     const double cpu0 = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::seconds(idle));

@@ -104,6 +104,23 @@ TEST(Config, TemplatesThatMakeTwoKindsOrTheArchiveAndARankFileShareAFileAreRefus
   EXPECT_EQ(error_of({{"OOMFLIGHT_FILENAME", "{kind}.{batch}.h5"}}), "");
 }
 
+// OOMFLIGHT_ARCHIVE_STRIPES: auto (-1) by default, 0 keeps the folder's layout, 1 .. 2000 (Lustre's most
+// stripes); anything else names what it accepts.
+TEST(Config, ArchiveStripesAreAutoZeroOrACount) {
+  EXPECT_EQ(from({}).archive_stripes, -1);
+  EXPECT_EQ(from({{"OOMFLIGHT_ARCHIVE_STRIPES", "auto"}}).archive_stripes, -1);
+  EXPECT_EQ(from({{"OOMFLIGHT_ARCHIVE_STRIPES", "0"}}).archive_stripes, 0);
+  EXPECT_EQ(from({{"OOMFLIGHT_ARCHIVE_STRIPES", "64"}}).archive_stripes, 64);
+  EXPECT_EQ(from({{"OOMFLIGHT_ARCHIVE_STRIPES", "2000"}}).archive_stripes, 2000);
+  for (const char* bad : {"2001", "-1", "x", "", "4 "}) {
+    const std::string message = error_of({{"OOMFLIGHT_ARCHIVE_STRIPES", bad}});
+    EXPECT_NE(message.find(std::string("OOMFLIGHT_ARCHIVE_STRIPES='") + bad + "': not auto, 0 or a count of stripes "
+                                                                             "in 1 .. 2000"),
+              std::string::npos)
+        << bad << ": " << message;
+  }
+}
+
 TEST(Config, SettingsThatDefeatTheDumpTogetherAreRefused) {
   // Each value alone is fine; together the other ranks would notice the trigger after the deadline.
   const std::string message = error_of({{"OOMFLIGHT_POLL_INTERVAL", "10s"}, {"OOMFLIGHT_DUMP_TIMEOUT", "3s"}});

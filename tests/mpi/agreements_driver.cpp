@@ -1,5 +1,6 @@
-// Test driver for the protocol's agreements on their own, under mpirun (4 ranks): the settings agreement, the
-// snapshot writer's rule for skipped windows, and the leave agreement, each driven directly (not through a
+// Test driver for the protocol's agreements on their own, under mpirun (4 ranks): the settings agreement, where
+// each rank's rows go and the votes' reduction, the snapshot writer's rule for skipped windows, and the leave
+// agreement, each driven directly (not through a
 // session), so that each rule is checked alone. Prints "ok: ..." lines and exits 0 when every check holds on this
 // rank; otherwise prints "FAIL: ..." and exits 1. Usage: mpirun -np 4 oomflight_agreements_driver FOLDER
 #include <mpi.h>
@@ -17,8 +18,10 @@
 #include "dump_executor.hpp"
 #include "leave_agreement.hpp"
 #include "oomflight/format/archive_reader.hpp"
+#include "oomflight/format/row_placement.hpp"
 #include "settings_agreement.hpp"
 #include "snapshot_writer.hpp"
+#include "vote_summary.hpp"
 
 namespace {
 
@@ -209,6 +212,50 @@ void leave_agreement() {
   MPI_Comm_free(&comm);
 }
 
+// place_rows() on communicators of 1 to 4 ranks (3: not a power of two): rank r adds (r + 1) * 10^t rows to
+// dataset t, so its offset is the sum over the ranks below it, and every rank sees the same total. Then the vote's
+// reduction on 4 ranks with origins 1 and 3, rank 3 replacing an archive and rank 2 with abandoned snapshots.
+void row_placement_and_votes() {
+  for (int members = 1; members <= 4; ++members) {
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < members ? 0 : MPI_UNDEFINED, rank, &comm);
+    if (comm == MPI_COMM_NULL) continue;
+    ArchiveRowCounts mine{};
+    std::uint64_t scale = 1;
+    for (std::size_t t = 0; t < kArchiveTables; ++t, scale = scale < 1000000 ? scale * 10 : 1) {
+      mine[t] = static_cast<std::uint64_t>(rank + 1) * scale;
+    }
+    const RowPlacement p = place_rows(mine, comm, {}, "the test archive");
+    bool ok = true;
+    for (std::size_t t = 0; t < kArchiveTables; ++t) {
+      const std::uint64_t unit = mine[t] / static_cast<std::uint64_t>(rank + 1);
+      const auto below = static_cast<std::uint64_t>(rank * (rank + 1) / 2);
+      const auto all = static_cast<std::uint64_t>(members * (members + 1) / 2);
+      ok = ok && p.before[t] == below * unit && p.total[t] == all * unit;
+    }
+    check(ok, fmt::format("place_rows on {} ranks: offset {} and total {} of /ranks", members, p.before[0],
+                          p.total[0]));
+    MPI_Comm_free(&comm);
+  }
+  protocol::Vote v;
+  v.rank = rank;
+  v.is_origin = rank == 1 || rank == 3 ? 1 : 0;
+  v.batch = 100 + rank;
+  v.replaces_archive = rank == 3 ? 1 : 0;
+  v.snapshots_broken = rank == 2 ? 1 : 0;
+  const protocol::VoteReduction reduction(size);
+  protocol::VoteSummary mine(v, size), all(size);
+  MPI_Request request;
+  MPI_Iallreduce(mine.data(), all.data(), 1, reduction.type(), reduction.op(), MPI_COMM_WORLD, &request);
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  const protocol::VoteSummaryHead h = all.head();
+  check(all.origins() == std::vector<std::int32_t>{1, 3} && h.origin_count == 2 && h.kept_count == 2 &&
+            h.kept[0].rank == 1 && h.kept[0].batch == 101 && h.kept[1].rank == 3 && h.replacer == 3 &&
+            h.snapshots_broken == 1 && h.first.rank == 0,
+        fmt::format("the votes reduced: origins {}, kept {}, replacer {}, snapshots broken {}",
+                    fmt::join(all.origins(), ","), h.kept_count, h.replacer, h.snapshots_broken));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,6 +268,7 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   settings_agreement();
+  row_placement_and_votes();
   snapshot_writer(argv[1]);
   leave_agreement();
   int all_failures = 0;

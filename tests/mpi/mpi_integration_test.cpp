@@ -363,6 +363,30 @@ TEST(MpiDriver, ASignalDumpIsOneArchiveAndTheJobGoesOn) {
   }
 }
 
+// OOMFLIGHT_ARCHIVE_STRIPES: the root creates the archive through MPI-IO with the striping hints before HDF5 lays
+// it out (a local file system ignores them; Lustre would spread the file over 3 OSTs): the archive is whole.
+TEST(MpiDriver, AnArchiveAskedToBeStripedIsCreatedWithTheHintsAndIsWhole) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=striped -x OOMFLIGHT_ARCHIVE_STRIPES=3 "
+                                         "-x OOMFLIGHT_LOG_LEVEL=debug {} 50 0 -1 signal",
+                                         test::mpirun(4), OOMFLIGHT_DRIVER),
+                             dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("signal.0.h5.partial: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bytes; created with MPI-IO hints striping_factor=3 striping_unit=4194304"),
+            std::string::npos)
+      << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  for (int rank = 0; rank < 4; ++rank) {
+    const RankRow* row = a.rank_row(rank);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->event_count, 1u + 50u + 10u * rank) << "rank " << rank;
+  }
+}
+
 TEST(MpiDriver, ATriggerWakesTheWatchersOfItsNodeAtOnce) {
   // Watchers that poll every 30 s: without the doorbell the others would see rank 0's trigger up to 30 s later,
   // at a poll. The log says how each one saw it.

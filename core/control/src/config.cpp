@@ -207,6 +207,24 @@ std::vector<OptionSpec> make_table() {
        "Deadline for all ranks to agree on a dump; after it each rank's rank-local file is the result. No process "
        "waits more than 3 x this for a dump, even when a rank stalls inside the collective write.",
        [](Config& c, std::string_view v) { c.dump_timeout = parse_positive_duration(v, std::chrono::hours(1)); }},
+      {"OOMFLIGHT_ARCHIVE_STRIPES", "string", "auto",
+       "How many stripes (servers) the archive asks a parallel file system for, through the MPI library's "
+       "striping hints (Lustre heeds them; elsewhere they are ignored). auto: one per GiB of archive when that is 2 "
+       "or more (a large archive on one Lustre OST, the default layout, takes longer than the dump's deadline at "
+       "thousands of ranks: docs/scale.md); 0: the folder's own layout; N: N stripes of 4 MiB.",
+       [](Config& c, std::string_view v) {
+         if (v == "auto") {
+           c.archive_stripes = -1;
+         } else if (v == "0") {
+           c.archive_stripes = 0;
+         } else {
+           try {
+             c.archive_stripes = static_cast<int>(parse_positive(v, 2000));  // Lustre's most stripes
+           } catch (const std::invalid_argument&) {
+             throw std::invalid_argument("not auto, 0 or a count of stripes in 1 .. 2000");
+           }
+         }
+       }},
       {"OOMFLIGHT_POLL_INTERVAL", "duration", "10ms",
        "How long the watcher thread sleeps between polls for a trigger (MPI_Test).",
        [](Config& c, std::string_view v) { c.poll_interval = parse_positive_duration(v, std::chrono::minutes(1)); }},

@@ -28,8 +28,9 @@ struct TriggerMessage {
 };
 static_assert(sizeof(TriggerMessage) == 24);
 
-/// One rank's contribution to the agreement (MPI_Iallgather): whether it is an origin and what it asked for.
-/// The lowest origin's kind and batch name the archive.
+/// One rank's contribution to the agreement: whether it is an origin and what it asked for. The votes are not
+/// gathered (that would be P votes on every rank): they are reduced into one VoteSummary (vote_summary.hpp), which
+/// keeps the lowest origins' votes whole. The lowest origin's kind and batch name the archive.
 struct Vote {
   std::int32_t is_origin = 0;
   std::int32_t rank = 0;
@@ -39,27 +40,15 @@ struct Vote {
   std::int32_t device = 0;
   std::int32_t kind = 0;     ///< DumpKind
   /// NUL-padded, cut at 735 bytes (the origin prints its whole reason itself). PyTorch's OOM message, with its
-  /// PYTORCH_CUDA_ALLOC_CONF advice, runs to about 600 bytes; 224 cut it mid-sentence. Every rank gathers every
-  /// vote: 888 bytes a rank (0.45 MB per rank at 512 ranks, once per dump).
+  /// PYTORCH_CUDA_ALLOC_CONF advice, runs to about 600 bytes; 224 cut it mid-sentence.
   char reason[736] = {};
-  /// Its archive_row_counts(): with every rank's, each rank knows where its rows go without one more collective.
-  std::uint64_t row_counts[kArchiveTables] = {};
   /// 1: this rank abandoned a snapshot's write (it yielded to this dump): every rank then stops its snapshots, so
   /// that none waits for a window the others will never write (snapshot_writer.hpp).
   std::int32_t snapshots_broken = 0;
   /// 1: this rank rejoins as an origin of a joint dump, and the archive it wrote last is the one this dump
   /// replaces: it names the archive (that name) instead of the lowest origin.
   std::int32_t replaces_archive = 0;
-
-  void row_counts_from(const ArchiveRowCounts& counts) {
-    std::copy(counts.begin(), counts.end(), row_counts);
-  }
-  ArchiveRowCounts row_counts_as_array() const {
-    ArchiveRowCounts counts{};
-    std::copy(std::begin(row_counts), std::end(row_counts), counts.begin());
-    return counts;
-  }
 };
-static_assert(sizeof(Vote) == 888);
+static_assert(sizeof(Vote) == 784);
 
 }  // namespace oomflight::protocol

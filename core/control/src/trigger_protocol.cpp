@@ -28,6 +28,7 @@
 #include "dump_signal.hpp"
 #include "protocol_timing.hpp"
 #include "settings_agreement.hpp"
+#include "vote_summary.hpp"
 #include "oomflight/format/collective_writer.hpp"
 #include "retention.hpp"
 #include "oomflight/base/log.hpp"
@@ -40,7 +41,10 @@ namespace {
 using protocol::kTagDone;
 using protocol::kTagTrigger;
 using protocol::TriggerMessage;
+using protocol::kVotesKept;
 using protocol::Vote;
+using protocol::VoteSummary;
+using protocol::VoteSummaryHead;
 
 // The request of a rank that is an origin because its ring holds an oom event no dump has reported.
 DumpRequest request_from_oom_event(const FrozenHistory& h) {
@@ -116,6 +120,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   MPI_Comm_dup(comm_, &leave_comm);  // collective, like this constructor
   MPI_Comm_set_errhandler(leave_comm, MPI_ERRORS_RETURN);
   leave_ = std::make_unique<LeaveAgreement>(comm_, leave_comm, id_.rank, id_.world_size);
+  votes_ = std::make_unique<protocol::VoteReduction>(id_.world_size);
   if (config_.snapshots()) {
     MPI_Comm snapshot_comm = MPI_COMM_NULL;
     MPI_Comm_dup(comm_, &snapshot_comm);  // collective, like this constructor
@@ -470,6 +475,7 @@ bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns, b
 
 void TriggerProtocol::run_dump() {
   const std::int64_t start = monotonic_ns();
+  timeline_ = DumpTimeline();
   bool is_origin = false;
   DumpRequest request;
   FrozenHistory h;
@@ -522,7 +528,9 @@ void TriggerProtocol::run_dump() {
     deciding_ = false;
   }
   done_.notify_all();  // a request() waiting for this verdict
+  timeline_.mark("freeze");
   if (is_origin && !broken_ && !triggers_sent) send_triggers(h.batch, request.kind);
+  timeline_.mark("triggers");
   DumpResult result;
   if (broken_) {
     keep_safety_copy(h, is_origin, request);
@@ -535,6 +543,7 @@ void TriggerProtocol::run_dump() {
       std::error_code ec;
       std::filesystem::remove(safety_path_, ec);  // the archive holds it now, verified
     }
+    timeline_.mark("remove safety copy");
     // An origin's error ends the job as soon as its call returns: it waits until every rank has removed its
     // safety copy, or a rank torn down first would leave its copy beside the archive.
     std::vector<std::int32_t> origins(result.origin_ranks.begin(), result.origin_ranks.end());
@@ -545,6 +554,7 @@ void TriggerProtocol::run_dump() {
       log().info("{} replaces {} (it names every rank that failed during that dump)", result.path, supersede_path_);
     }
     const bool joint = exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
+    timeline_.mark("done messages");
     std::lock_guard lock(mutex_);
     joint_expected_ = joint && !rejoin && request.kind == DumpKind::oom;
     joint_path_ = joint_expected_ ? result.path : std::string();
@@ -554,6 +564,8 @@ void TriggerProtocol::run_dump() {
   }
   supersede_path_.clear();
   safety_path_.clear();
+  log().debug("dump phases on rank {} of {} from {} ns (wall/CPU ms): {}", id_.rank, id_.world_size,
+              timeline_.start_ns(), timeline_.text());
   finish(std::move(result));
 }
 
@@ -614,7 +626,9 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   // writing the copy while it travels overlaps the two, but another thread's MPI calls can complete the votes
   // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
   keep_safety_copy(h, is_origin, asked);
+  timeline_.mark("safety copy");
   const DumpRequest request = with_late_request(asked);
+  timeline_.mark("late request");
   voted_request_ = request;  // a joint dump that follows names this rank with the same words and figures
   voted_batch_ = h.batch;
   leave_->receive_left_messages();
@@ -631,22 +645,17 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   mine.device = h.device;
   mine.kind = static_cast<std::int32_t>(request.kind);
   set_fixed_string(mine.reason, request.reason);
-  mine.row_counts_from(DumpExecutor::row_counts(h, &request.state));
   mine.snapshots_broken = snapshots_ && snapshots_->broken() ? 1 : 0;
   mine.replaces_archive = supersede_path_.empty() ? 0 : 1;
-  // A collective given up on may still complete later (a stalled rank resumes) and write into its buffers: they
-  // live on the heap and are leaked when the deadline passes.
+  // One reduction of every vote into a summary of a few KB (vote_summary.hpp), not a gather of every vote. A
+  // collective given up on may still complete later (a stalled rank resumes) and write into its buffers: they live
+  // on the heap and are leaked when the deadline passes.
   struct Buffers {
-    Vote mine;
-    std::vector<Vote> votes;
+    VoteSummary mine, all;
   };
-  auto buffers = std::make_unique<Buffers>();
-  buffers->mine = mine;
-  buffers->votes.resize(static_cast<std::size_t>(size));
-  const std::vector<Vote>& votes = buffers->votes;
+  auto buffers = std::make_unique<Buffers>(Buffers{VoteSummary(mine, size), VoteSummary(size)});
   MPI_Request pending;
-  MPI_Iallgather(&buffers->mine, sizeof(Vote), MPI_BYTE, buffers->votes.data(), sizeof(Vote), MPI_BYTE, comm_,
-                 &pending);
+  MPI_Iallreduce(buffers->mine.data(), buffers->all.data(), 1, votes_->type(), votes_->op(), comm_, &pending);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
   if (!wait_for(pending, deadline_ns, true)) {
     buffers.release();  // NOLINT: deliberately leaked, see above
@@ -657,26 +666,31 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
                          : gone_ranks_text());
   }
   log().debug("votes of {} ranks in {}", size, format_seconds(seconds_since(start_ns)));
-  std::vector<std::int32_t> origins;
+  timeline_.mark("votes");
+  const VoteSummaryHead summary = buffers->all.head();
+  std::vector<std::int32_t> origins = buffers->all.origins();
   std::string reason;
-  std::vector<ArchiveRowCounts> row_counts(static_cast<std::size_t>(size));
-  for (const auto& v : votes) {
-    if (v.rank >= 0 && v.rank < size) row_counts[static_cast<std::size_t>(v.rank)] = v.row_counts_as_array();
-    if (!v.is_origin) continue;
-    origins.push_back(v.rank);
+  for (int i = 0; i < summary.kept_count && i < kVotesKept; ++i) {
+    const Vote& v = summary.kept[i];
     reason += fmt::format("{}rank {}: {}", reason.empty() ? "" : "\n", v.rank, fixed_string(v.reason));
   }
+  if (std::cmp_greater(origins.size(), summary.kept_count)) {
+    const std::vector<int> more(origins.begin() + summary.kept_count, origins.end());
+    reason += fmt::format("\nand {} more (each one's reason is in its row of /ranks): {} {}", more.size(),
+                          more.size() == 1 ? "rank" : "ranks", rank_ranges(more));
+  }
   if (origins.empty()) origins.push_back(heard_origins_.empty() ? 0 : *heard_origins_.begin());
-  const Vote& lowest = votes[static_cast<std::size_t>(origins.front())];
+  // The lowest origin's vote; without one (every origin's request was consumed by an earlier dump), the lowest
+  // rank's, which every rank has alike.
+  const Vote& lowest = summary.kept_count > 0 ? summary.kept[0] : summary.first;
   const std::int64_t batch = lowest.batch;
   const auto kind = lowest.kind >= 0 && lowest.kind < kDumpKindCount ? static_cast<DumpKind>(lowest.kind)
                                                                       : DumpKind::oom;
-  // Every rank reads the same votes, so every rank stops its snapshots alike: when a rank abandoned a snapshot's
+  // Every rank reads the same summary, so every rank stops its snapshots alike: when a rank abandoned a snapshot's
   // write for this dump (the others would wait for it in the next one), and after an OOM dump (the job is going
   // down; a snapshot started now would only race its teardown and leave a partial file).
   if (snapshots_ && !snapshots_->broken()) {
-    const bool abandoned =
-        std::any_of(votes.begin(), votes.end(), [](const Vote& v) { return v.snapshots_broken != 0; });
+    const bool abandoned = summary.snapshots_broken != 0;
     if (abandoned || kind == DumpKind::oom) {
       snapshots_->abandon();
       log().info("no more snapshots in this job: {}",
@@ -686,13 +700,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
 
   // The lowest origin names the archive (creating its folder) and lays it out; the path travels with the layout.
   // In a joint dump, the origin whose archive it replaces does, under that archive's name.
-  int namer = lowest.rank;
-  for (const auto& v : votes) {
-    if (v.replaces_archive != 0 && v.is_origin != 0) {
-      namer = v.rank;
-      break;
-    }
-  }
+  const int namer = summary.replacer != INT32_MAX ? summary.replacer : lowest.rank;
   std::string name;
   if (id_.rank == namer) {
     try {
@@ -706,13 +714,15 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   ArchiveHeader header = executor_.header(kind, batch, reason, origins, present);
   header.dump_number = epoch_;
   const RankRow row = executor_.rank_row(h, is_origin, request);
+  timeline_.mark("tally");
   std::string path;
   try {
     path = executor_.write_collective(
         name, header, row, h, comm_,
         CollectiveArchive{.root = namer,
-                          .row_counts = row_counts,
-                          .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); }},
+                          .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); },
+                          .step_done = [this](const char* step) { timeline_.mark(step); },
+                          .stripes = config_.archive_stripes},
         &request.state);
   } catch (const CollectiveTimeout& e) {
     broken_ = true;  // a collective stays pending on comm_

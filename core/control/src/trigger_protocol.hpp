@@ -15,11 +15,13 @@
 #include <thread>
 
 #include "dump_executor.hpp"
+#include "dump_timeline.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/record/recorder.hpp"
 #include "protocol_messages.hpp"
+#include "vote_summary.hpp"
 #include "oomflight/control/snapshot_schedule.hpp"
 #include "leave_agreement.hpp"
 #include "snapshot_writer.hpp"
@@ -143,6 +145,7 @@ class TriggerProtocol {
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
   std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
+  DumpTimeline timeline_;                // this dump's steps, logged at its end (watcher; docs/scale.md)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};
@@ -158,7 +161,8 @@ class TriggerProtocol {
   std::string supersede_path_;       // ... during the joint dump (watcher)
   DumpRequest voted_request_;        // this rank's request in its last vote (watcher)
   std::int64_t voted_batch_ = -1;
-  std::unique_ptr<LeaveAgreement> leave_;  // its barrier: watcher only; after the watcher stopped: shutdown()
+  std::unique_ptr<LeaveAgreement> leave_;
+  std::unique_ptr<protocol::VoteReduction> votes_;  // the agreement's MPI datatype and operation (vote_summary.hpp)  // its barrier: watcher only; after the watcher stopped: shutdown()
   bool leaving_ = false;        // shutdown() asked to leave together (mutex_)
   bool left_together_ = false;  // every rank asked to leave (mutex_)
   bool any_gone_ = false;       // a rank left without the agreement (mutex_)

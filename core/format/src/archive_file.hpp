@@ -67,12 +67,13 @@ struct PlacedRows {
 std::string write_rows(const std::string& partial, const Layout& layout, std::span<const PlacedRows> ranks,
                        bool sync);
 
-/// The root's check, once every rank reported success: row i of /ranks, as it lies in the file, names rank
-/// `ranks[i]` and holds counts[i]'s events. It catches rows that never reached this file (a writer that opened
-/// another file of the same name on a node-local folder, a write lost by a network file system). Returns "" or
-/// what is wrong.
-std::string check_rank_rows(const std::string& partial, const Layout& layout, std::span<const Counts> counts,
-                            std::span<const std::int32_t> ranks);
+/// The root's check, once every rank reported success: row i of /ranks (i < rank_count), as it lies in the file,
+/// names rank `ranks[i]` (i when `ranks` is shorter), and the rows' event counts add up to `total_events`. It
+/// catches rows that never reached this file (a writer that opened another file of the same name on a node-local
+/// folder, a write lost by a network file system): a missing row reads as zeros. Reads rank_count rows (O(P)
+/// bytes, once, on the root only). Returns "" or what is wrong.
+std::string check_rank_rows(const std::string& partial, const Layout& layout, int rank_count,
+                            std::uint64_t total_events, std::span<const std::int32_t> ranks);
 
 /// fsync()s the folder holding `path`, so that a rename into it survives a crash of the node. Returns "" or
 /// errno's text (EINVAL, a file system that cannot sync folders, is success).

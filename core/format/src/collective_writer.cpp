@@ -14,8 +14,10 @@
 
 #include "archive_file.hpp"
 #include "archive_rows.hpp"
+#include "archive_striping.hpp"
 #include "file_size_signal.hpp"
 #include "oomflight/base/log.hpp"
+#include "oomflight/format/row_placement.hpp"
 #include "write_phases.hpp"
 
 namespace oomflight {
@@ -36,7 +38,6 @@ struct LayoutMessage {
 // resumes): its buffers must then still be there, so they live on the heap and are leaked on a timeout.
 struct Exchange {
   Counts mine{};
-  std::vector<Counts> all;
   LayoutMessage layout;
   int ok = 0, all_ok = 0;
   int renamed = 0;
@@ -55,6 +56,9 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   const format_detail::IgnoreFileSizeSignal no_sigxfsz;  // a write past `ulimit -f` fails, it does not kill
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   format_detail::WritePhases phases;
+  auto step_done = [&](const char* step) {
+    if (how.step_done) how.step_done(step);
+  };
   int index = 0, size = 1;
   MPI_Comm_rank(comm, &index);
   MPI_Comm_size(comm, &size);
@@ -76,26 +80,13 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   };
   std::optional<format_detail::ArchiveFile> file;  // the root's: removed on any throw unless renamed
 
-  // 1. Every rank's row counts: this rank's rows follow those of the ranks before it.
+  // 1. Where this rank's rows go: after those of the ranks before it (O(log P) messages, row_placement.hpp).
   MPI_Request request = MPI_REQUEST_NULL;
-  std::span<const Counts> all = how.row_counts;
-  if (all.empty()) {
-    x->all.resize(static_cast<std::size_t>(size));
-    complete(MPI_Iallgather(x->mine.data(), kTables, MPI_UINT64_T, x->all.data(), kTables, MPI_UINT64_T, comm,
-                            &request),
-             request, "row counts");
-    all = x->all;
-  } else if (all.size() != static_cast<std::size_t>(size) || all[static_cast<std::size_t>(index)] != x->mine) {
-    throw std::invalid_argument("write_archive_collective: row_counts must hold every rank's, this rank's as its dump");
-  }
-  Counts at{}, total{};
-  for (int r = 0; r < size; ++r) {
-    for (int t = 0; t < kTables; ++t) {
-      if (r < index) at[t] += all[static_cast<std::size_t>(r)][t];
-      total[t] += all[static_cast<std::size_t>(r)][t];
-    }
-  }
+  const RowPlacement placement = place_rows(x->mine, comm, how.wait, shown);
+  const Counts& at = placement.before;
+  const Counts& total = placement.total;
   phases.mark("counts");
+  step_done("counts");
 
   // 2. The root creates the file and every dataset alone, and tells the others its path and where each dataset
   //    lies.
@@ -107,6 +98,12 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
       create_error = fmt::format("its path is longer than {} bytes", sizeof(LayoutMessage::path) - 1);
     } else {
       try {
+        // One stripe on one server would carry every rank's rows at scale (archive_striping.hpp).
+        std::uint64_t bytes = 0;
+        for (int t = 0; t < kTables; ++t) bytes += total[t] * format_detail::row_bytes(static_cast<format_detail::Table>(t));
+        const std::string striped =
+            format_detail::create_striped(partial_archive_path(path), format_detail::archive_stripes(how.stripes, bytes));
+        if (!striped.empty()) log().debug("{}: {} bytes; {}", partial_archive_path(path), bytes, striped);
         file.emplace(partial_archive_path(path), header, total);
         std::copy(file->layout().address.begin(), file->layout().address.end(), x->layout.address);
         std::memcpy(x->layout.path, path.c_str(), path.size() + 1);
@@ -133,6 +130,7 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   format_detail::Layout layout;
   std::copy(std::begin(x->layout.address), std::end(x->layout.address), layout.address.begin());
   phases.mark("layout");
+  step_done("layout");
 
   // 3. Every rank writes its own rows and syncs them; all agree on the outcome. A local failure of any kind is
   //    this rank's "no" in the agreement, never an exception that would leave the others waiting.
@@ -147,15 +145,18 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
     error = e.what();
   }
   phases.mark("rows and sync");
+  step_done("rows and sync");
   x->ok = error.empty() ? 1 : 0;
   complete(MPI_Iallreduce(&x->ok, &x->all_ok, 1, MPI_INT, MPI_LAND, comm, &request), request,
            "agreement on the rows");
   phases.mark("agreement");
+  step_done("agreement");
 
   // 4. The root marks it complete, checks it and gives it its name, or removes it.
   if (root) {
     if (x->all_ok) {
-      error = format_detail::check_rank_rows(partial, layout, all, header.ranks_present);
+      error = format_detail::check_rank_rows(partial, layout, size, total[format_detail::kEvents],
+                                             header.ranks_present);
       if (error.empty()) error = file->finish(true);
       if (error.empty() && std::rename(partial.c_str(), final_path.c_str()) != 0) {
         error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
@@ -172,8 +173,10 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
     if (!x->renamed) file->abandon();  // a failed write keeps no name at all
     file.reset();
   }
+  step_done("verify and rename");
   complete(MPI_Ibcast(&x->renamed, 1, MPI_INT, how.root, comm, &request), request, "rename");
   phases.mark("complete and rename");
+  step_done("rename heard");
   if (root) log().debug("{}: {}", final_path, phases.text());
   if (!x->renamed) {
     throw ArchiveError(fmt::format("writing archive '{}' failed: {}{}", final_path,

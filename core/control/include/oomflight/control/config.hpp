@@ -47,6 +47,9 @@ struct OOMFLIGHT_API Config {
   FilenameTemplate rank_filename;     ///< rank-local file name (written by one rank alone)
   std::chrono::milliseconds dump_timeout{30000};  ///< deadline for the ranks to agree on a dump
   std::chrono::milliseconds poll_interval{10};    ///< the watcher thread's sleep between MPI_Test polls
+  /// Stripes an archive asks a parallel file system for: -1 auto (one per GiB of archive, from 2), 0 the folder's
+  /// layout, N (<= 2000) that many (OOMFLIGHT_ARCHIVE_STRIPES; docs/scale.md)
+  int archive_stripes = -1;
   bool overwrite = false;             ///< replace an existing file instead of choosing a new name
   bool keep_rank_files = false;       ///< keep every rank's safety copy after the archive is verified
   /// SIGUSR1 dumps closer than this to the last one are skipped (a burst of signals is one dump); 0: none skipped

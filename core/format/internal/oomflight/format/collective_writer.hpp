@@ -37,17 +37,20 @@ ArchiveRowCounts archive_row_counts(const RankDump& dump);
 struct CollectiveArchive {
   /// The rank (of the communicator) that names the file, lays it out and renames it.
   int root = 0;
-  /// Every rank's archive_row_counts(), in rank order, when the caller already exchanged them (the dump's votes
-  /// carry them); empty: exchanged here, with one more collective.
-  std::span<const ArchiveRowCounts> row_counts;
   CollectiveWait wait;
+  /// Called at the end of each step with its name ("counts", "layout", "rows and sync", "agreement", "verify and
+  /// rename", "rename heard"), on every rank; empty: not called. For the dump's timeline (docs/scale.md).
+  std::function<void(const char* step)> step_done;
+  /// Stripes the root asks the file system for (archive_stripes(): > 0 that many, 0 the folder's own layout,
+  /// < 0 one per GiB of archive when that is 2 or more). Lustre only heeds it, through the MPI library's driver.
+  int stripes = 0;
 };
 
 /// Writes one HDF5 archive holding the rows of every rank of `comm`, all ranks together, and returns its path.
 ///
 /// `path` counts on the root only (the others learn it from the root): an empty one means that the root could not
-/// name the file, and every rank throws. Steps, each a non-blocking collective waited for with `how.wait`: the
-/// row counts (MPI_Iallgather, unless given), then the root creates `path`.partial with HDF5 alone (attributes,
+/// name the file, and every rank throws. Steps, each waited for with `how.wait`: where this rank's rows go
+/// (place_rows(): O(log P) messages per rank), then the root creates `path`.partial with HDF5 alone (attributes,
 /// every dataset at its total size, contiguous, space allocated: about a millisecond) and broadcasts the path and
 /// each dataset's address (MPI_Ibcast), then every rank pwrite()s its own rows at their addresses and fsync()s,
 /// an MPI_Iallreduce agrees on success, and the root marks the file complete (the last write), fsyncs it,
