@@ -96,6 +96,8 @@ def fit(xs, ys):
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:  # one world size: no slope to fit
+        return my, 0.0, [y - my for y in ys], 1.0, float("nan")
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     a = my - b * mx
     res = [y - (a + b * x) for x, y in zip(xs, ys)]
@@ -182,7 +184,7 @@ def model(proto, full, ranks=16384, tree=None):
             place = 0.0  # the counts travelled with the votes
         else:
             vote = 2 * lg * a["round_s"]
-            place = 3 * lg * a["round_s"]
+            place = lg * a["round_s"]  # the prefix sum; the totals come with the votes
         # The archive's bandwidth: a folder striped wide by its site reaches the file system's; Lustre's default
         # layout (one stripe) one OST's, unless the archive asks for stripes (OOMFLIGHT_ARCHIVE_STRIPES=auto: one
         # per GiB, which the tree before this change did not).

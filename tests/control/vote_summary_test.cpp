@@ -27,11 +27,18 @@ Vote vote(int rank, bool origin, std::int64_t batch = 7) {
 }
 
 // Reduces every rank's summary in the given order, as MPI may.
+// Rank r's history adds r + 1 rows to every dataset.
+ArchiveRowCounts rows_of(int rank) {
+  ArchiveRowCounts rows{};
+  rows.fill(static_cast<std::uint64_t>(rank) + 1);
+  return rows;
+}
+
 VoteSummary reduce(const std::vector<Vote>& votes, const std::vector<int>& order) {
   const int size = static_cast<int>(votes.size());
-  VoteSummary acc(votes[static_cast<std::size_t>(order[0])], size);
+  VoteSummary acc(votes[static_cast<std::size_t>(order[0])], rows_of(order[0]), size);
   for (std::size_t i = 1; i < order.size(); ++i) {
-    VoteSummary one(votes[static_cast<std::size_t>(order[i])], size);
+    VoteSummary one(votes[static_cast<std::size_t>(order[i])], rows_of(order[i]), size);
     merge_vote_summaries(one.data(), acc.data());
   }
   return acc;
@@ -62,6 +69,7 @@ TEST(VoteSummary, KeepsEveryOriginAndTheLowestOriginsVotesWholeInAnyOrder) {
                                       " failed").c_str());
     }
     EXPECT_EQ(h.first.rank, 0);
+    for (std::uint64_t total : h.row_totals) EXPECT_EQ(total, 1000u * 1001u / 2u);  // 1 + 2 + ... + 1000
     EXPECT_EQ(h.replacer, INT32_MAX);
     EXPECT_EQ(h.snapshots_broken, 0);
   }

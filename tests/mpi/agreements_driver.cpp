@@ -226,7 +226,10 @@ void row_placement_and_votes() {
       mine[t] = static_cast<std::uint64_t>(rank + 1) * scale;
     }
     const RowPlacement p = place_rows(mine, comm, {}, "the test archive");
-    bool ok = true;
+    ArchiveRowCounts given{};
+    given.fill(42);
+    const RowPlacement q = place_rows(mine, comm, {}, "the test archive", &given);  // the total known: no reduction
+    bool ok = q.before == p.before && q.total == given;
     for (std::size_t t = 0; t < kArchiveTables; ++t) {
       const std::uint64_t unit = mine[t] / static_cast<std::uint64_t>(rank + 1);
       const auto below = static_cast<std::uint64_t>(rank * (rank + 1) / 2);
@@ -244,14 +247,16 @@ void row_placement_and_votes() {
   v.replaces_archive = rank == 3 ? 1 : 0;
   v.snapshots_broken = rank == 2 ? 1 : 0;
   const protocol::VoteReduction reduction(size);
-  protocol::VoteSummary mine(v, size), all(size);
+  ArchiveRowCounts rows{};
+  rows.fill(static_cast<std::uint64_t>(rank) + 1);
+  protocol::VoteSummary mine(v, rows, size), all(size);
   MPI_Request request;
   MPI_Iallreduce(mine.data(), all.data(), 1, reduction.type(), reduction.op(), MPI_COMM_WORLD, &request);
   MPI_Wait(&request, MPI_STATUS_IGNORE);
   const protocol::VoteSummaryHead h = all.head();
   check(all.origins() == std::vector<std::int32_t>{1, 3} && h.origin_count == 2 && h.kept_count == 2 &&
             h.kept[0].rank == 1 && h.kept[0].batch == 101 && h.kept[1].rank == 3 && h.replacer == 3 &&
-            h.snapshots_broken == 1 && h.first.rank == 0,
+            h.snapshots_broken == 1 && h.first.rank == 0 && h.row_totals[0] == 10 && h.row_totals[12] == 10,
         fmt::format("the votes reduced: origins {}, kept {}, replacer {}, snapshots broken {}",
                     fmt::join(all.origins(), ","), h.kept_count, h.replacer, h.snapshots_broken));
 }

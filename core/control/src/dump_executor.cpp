@@ -110,6 +110,10 @@ std::string DumpExecutor::write_collective(const std::string& path, const Archiv
   return write_archive_collective(path, header, dump_of(row, h, state), comm, how);
 }
 
+ArchiveRowCounts DumpExecutor::row_counts(const FrozenHistory& h, const AllocatorStateRows* state) {
+  return archive_row_counts(dump_of(RankRow{}, h, state));
+}
+
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,
                                            std::int64_t batch, Durability durability,
                                            const AllocatorStateRows* state) const {

@@ -48,6 +48,9 @@ class DumpExecutor {
                                const FrozenHistory& h, MPI_Comm comm, const CollectiveArchive& how,
                                const AllocatorStateRows* state = nullptr) const;
 
+  /// The rows this rank's history adds to an archive (what write_collective() writes), for the votes.
+  static ArchiveRowCounts row_counts(const FrozenHistory& h, const AllocatorStateRows* state);
+
   /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
   /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a
   /// full disk. Returns the path written. Throws ArchiveError naming both failures when both fail. A safety copy

@@ -206,7 +206,7 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
                                                 .batches = h.batches.rows, .context = h.context,
                                                 .state_segments = {}, .state_blocks = {},
                                                 .collectives = window_collectives, .communicators = h.communicators},
-                                       comm_, CollectiveArchive{.root = 0, .wait = wait, .step_done = {}, .stripes = config_.archive_stripes});
+                                       comm_, CollectiveArchive{.root = 0, .wait = wait, .step_done = {}, .stripes = config_.archive_stripes, .row_totals = {}});
   } catch (const CollectiveTimeout& e) {
     // A step left pending on the snapshots' communicator: no later window can be agreed on. The watcher stays
     // free for dumps.

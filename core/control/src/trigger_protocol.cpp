@@ -653,7 +653,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   struct Buffers {
     VoteSummary mine, all;
   };
-  auto buffers = std::make_unique<Buffers>(Buffers{VoteSummary(mine, size), VoteSummary(size)});
+  auto buffers = std::make_unique<Buffers>(
+      Buffers{VoteSummary(mine, DumpExecutor::row_counts(h, &request.state), size), VoteSummary(size)});
   MPI_Request pending;
   MPI_Iallreduce(buffers->mine.data(), buffers->all.data(), 1, votes_->type(), votes_->op(), comm_, &pending);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
@@ -668,6 +669,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   log().debug("votes of {} ranks in {}", size, format_seconds(seconds_since(start_ns)));
   timeline_.mark("votes");
   const VoteSummaryHead summary = buffers->all.head();
+  ArchiveRowCounts row_totals{};
+  std::copy(std::begin(summary.row_totals), std::end(summary.row_totals), row_totals.begin());
   std::vector<std::int32_t> origins = buffers->all.origins();
   std::string reason;
   for (int i = 0; i < summary.kept_count && i < kVotesKept; ++i) {
@@ -722,7 +725,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
         CollectiveArchive{.root = namer,
                           .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); },
                           .step_done = [this](const char* step) { timeline_.mark(step); },
-                          .stripes = config_.archive_stripes},
+                          .stripes = config_.archive_stripes,
+                          .row_totals = row_totals},
         &request.state);
   } catch (const CollectiveTimeout& e) {
     broken_ = true;  // a collective stays pending on comm_

@@ -35,9 +35,10 @@ VoteSummary::VoteSummary(int world_size) : storage_((bytes(world_size) + 7) / 8,
   std::memcpy(storage_.data(), &h, sizeof(h));
 }
 
-VoteSummary::VoteSummary(const Vote& vote, int world_size) : VoteSummary(world_size) {
+VoteSummary::VoteSummary(const Vote& vote, const ArchiveRowCounts& rows, int world_size) : VoteSummary(world_size) {
   VoteSummaryHead h = head();
   h.first = vote;
+  std::copy(rows.begin(), rows.end(), h.row_totals);
   h.snapshots_broken = vote.snapshots_broken;
   if (vote.is_origin != 0) {
     h.origin_count = 1;
@@ -68,6 +69,7 @@ void merge_vote_summaries(const void* in, void* inout) {
   const VoteSummaryHead a = read_head(in);
   VoteSummaryHead b = read_head(inout);
   b.origin_count += a.origin_count;
+  for (std::size_t t = 0; t < kArchiveTables; ++t) b.row_totals[t] += a.row_totals[t];
   b.replacer = std::min(b.replacer, a.replacer);
   b.snapshots_broken = std::max(b.snapshots_broken, a.snapshots_broken);
   if (a.first.rank < b.first.rank) b.first = a.first;

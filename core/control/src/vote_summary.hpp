@@ -22,7 +22,9 @@ inline constexpr int kVotesKept = 4;
 /// The fixed part of a summary; `ceil(world_size / 8)` bytes of origin bitmap follow it (bit r of byte r / 8 is
 /// set when rank r is an origin). Combined by merge_vote_summaries: origin_count adds up, replacer and
 /// snapshots_broken are the least and the greatest, `kept` keeps the lowest-ranked origins' votes in rank order,
-/// `first` is the vote of the lowest rank (the archive's batch and kind when no rank is an origin).
+/// `first` is the vote of the lowest rank (the archive's batch and kind when no rank is an origin), and
+/// `row_totals` adds up every rank's archive_row_counts() (the archive's dataset sizes, so that placing the rows
+/// needs no second reduction).
 struct VoteSummaryHead {
   std::int32_t world_size = 0;
   std::int32_t origin_count = 0;
@@ -30,6 +32,7 @@ struct VoteSummaryHead {
   std::int32_t snapshots_broken = 0;
   std::int32_t kept_count = 0;
   std::int32_t pad = 0;
+  std::uint64_t row_totals[kArchiveTables] = {};
   Vote first;
   Vote kept[kVotesKept];
 };
@@ -37,8 +40,9 @@ struct VoteSummaryHead {
 /// A summary in one buffer: the head, then the bitmap; 8-byte aligned storage.
 class VoteSummary {
  public:
-  /// The summary of one vote (that of `vote.rank`) in a job of `world_size` ranks.
-  VoteSummary(const Vote& vote, int world_size);
+  /// The summary of one vote (that of `vote.rank`, whose history adds `rows` to the archive) in a job of
+  /// `world_size` ranks.
+  VoteSummary(const Vote& vote, const ArchiveRowCounts& rows, int world_size);
   /// An empty buffer of the same size, for MPI to reduce into.
   explicit VoteSummary(int world_size);
 

@@ -82,7 +82,8 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
 
   // 1. Where this rank's rows go: after those of the ranks before it (O(log P) messages, row_placement.hpp).
   MPI_Request request = MPI_REQUEST_NULL;
-  const RowPlacement placement = place_rows(x->mine, comm, how.wait, shown);
+  const RowPlacement placement =
+      place_rows(x->mine, comm, how.wait, shown, how.row_totals ? &*how.row_totals : nullptr);
   const Counts& at = placement.before;
   const Counts& total = placement.total;
   phases.mark("counts");

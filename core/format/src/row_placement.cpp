@@ -22,7 +22,7 @@ struct Buffers {
 }  // namespace
 
 RowPlacement place_rows(const ArchiveRowCounts& mine, MPI_Comm comm, const CollectiveWait& wait,
-                        const std::string& what) {
+                        const std::string& what, const ArchiveRowCounts* known_total) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -61,9 +61,13 @@ RowPlacement place_rows(const ArchiveRowCounts& mine, MPI_Comm comm, const Colle
     }
     if (to_above) complete(MPI_SUCCESS, send, name);
   }
-  MPI_Request request = MPI_REQUEST_NULL;
-  complete(MPI_Iallreduce(b->mine.data(), b->total.data(), kCount, MPI_UINT64_T, MPI_SUM, comm, &request), request,
-           "row counts' sum");
+  if (known_total != nullptr) {
+    b->total = *known_total;
+  } else {
+    MPI_Request request = MPI_REQUEST_NULL;
+    complete(MPI_Iallreduce(b->mine.data(), b->total.data(), kCount, MPI_UINT64_T, MPI_SUM, comm, &request),
+             request, "row counts' sum");
+  }
   RowPlacement placement;
   for (std::size_t t = 0; t < kArchiveTables; ++t) placement.before[t] = b->running[t] - b->mine[t];
   placement.total = b->total;

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -44,6 +45,9 @@ struct CollectiveArchive {
   /// Stripes the root asks the file system for (archive_stripes(): > 0 that many, 0 the folder's own layout,
   /// < 0 one per GiB of archive when that is 2 or more). Lustre only heeds it, through the MPI library's driver.
   int stripes = 0;
+  /// Every rank's archive_row_counts() added up, when the caller already has it (the dump's votes); empty: added
+  /// up here with one more reduction.
+  std::optional<ArchiveRowCounts> row_totals;
 };
 
 /// Writes one HDF5 archive holding the rows of every rank of `comm`, all ranks together, and returns its path.

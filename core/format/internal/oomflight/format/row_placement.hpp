@@ -32,7 +32,9 @@ struct RowPlacement {
 /// Every step is waited for with `wait` (MPI_Wait when empty). Throws CollectiveTimeout naming the step when
 /// `wait` gives up or an MPI call fails: the buffers of the messages still pending are then left allocated for MPI
 /// to finish into, and `comm` must not be used for this again. Not thread-safe on one communicator.
+/// `known_total`: the sum over every rank, when the caller already has it (the dump's votes add it up); the
+/// reduction is then skipped.
 RowPlacement place_rows(const ArchiveRowCounts& mine, MPI_Comm comm, const CollectiveWait& wait,
-                        const std::string& what);
+                        const std::string& what, const ArchiveRowCounts* known_total = nullptr);
 
 }  // namespace oomflight
