@@ -1,5 +1,6 @@
 // place_rows(): each rank's offset in every dataset of a collective archive by recursive doubling, and the
-// datasets' sizes by one reduction (row_placement.hpp says why not MPI's own scan or allgather).
+// datasets' sizes by one reduction when the caller does not know them (row_placement.hpp says why not MPI's own scan
+// or allgather).
 #include "oomflight/format/row_placement.hpp"
 
 #include <fmt/format.h>

@@ -23,8 +23,8 @@ struct RowPlacement {
 ///
 /// How: an inclusive prefix sum by recursive doubling (Hillis and Steele, 1986): in round k = 0, 1, ... while
 /// 2^k < P, rank r sends its running sum (104 bytes) to rank r + 2^k and adds the one it receives from rank r - 2^k;
-/// after ceil(log2 P) rounds rank r holds the sum over ranks 0..r. Then one MPI_Iallreduce (MPI_SUM) of `mine` for
-/// the total. Each rank sends and receives at most ceil(log2 P) + its share of the reduction's messages: 14 rounds
+/// after ceil(log2 P) rounds rank r holds the sum over ranks 0..r. Then, unless `known_total` is given, one
+/// MPI_Iallreduce (MPI_SUM) of `mine` for the total. Each rank sends and receives at most ceil(log2 P) + its share of the reduction's messages: 14 rounds
 /// at 16,384 ranks. MPI's own collectives for this are not used because of how Open MPI's nonblocking ones are
 /// built (libnbc, Open MPI 4.1): MPI_Iexscan is a chain of P steps, each waiting for the previous rank's progress,
 /// and MPI_Iallgather of every rank's counts posts P - 1 sends and P - 1 receives on every rank (docs/scale.md).
