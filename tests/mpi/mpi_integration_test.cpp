@@ -239,6 +239,36 @@ TEST(MpiDriver, SimultaneousOriginsGiveOneArchiveNamingBoth) {
   EXPECT_EQ(pm.origins, (std::vector<int>{2, 3}));
 }
 
+// Seven ranks, six of them failing at once: the votes' reduction keeps the four lowest origins' votes whole and
+// names every origin (the bitmap), and the rows are placed by three rounds of the prefix sum (7 is not a power of
+// two): every rank's rows where they belong.
+TEST(MpiDriver, SixOriginsOfSevenRanksGiveOneArchiveNamingEveryOne) {
+  TempDir dir;
+  const auto archive = failed_job_archive(
+      fmt::format("{} -x OOMFLIGHT_RUN_NAME=seven {} 50 1,2,3,4,5,6", test::mpirun(7), OOMFLIGHT_DRIVER), dir);
+  ASSERT_TRUE(archive);
+  const Archive& a = *archive;
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(a.header.reason,
+            "rank 1: driver: out of memory on rank 1\nrank 2: driver: out of memory on rank 2\n"
+            "rank 3: driver: out of memory on rank 3\nrank 4: driver: out of memory on rank 4\n"
+            "and 2 more (each one's reason is in its row of /ranks): ranks 5-6");
+  for (int rank = 0; rank < 7; ++rank) {
+    const RankRow* row = a.rank_row(rank);
+    ASSERT_NE(row, nullptr);
+    const bool origin = rank >= 1;
+    EXPECT_EQ(row->event_count, 1u + 50u + 10u * rank + (origin ? 1u : 0u)) << "rank " << rank;
+    EXPECT_EQ(row->is_origin, origin ? 1 : 0);
+    EXPECT_EQ(std::string(row->reason), origin ? fmt::format("driver: out of memory on rank {}", rank) : "");
+    for (const Event& e : a.events_of(*row)) {
+      if (e.action == Action::alloc) {
+        ASSERT_EQ(e.size, 1000u + rank) << "rank " << rank;
+      }
+    }
+  }
+}
+
 // Rank 3's oom event is in its ring when rank 2's trigger freezes it, but its failing thread asks only a second
 // later, after that dump (which names it an origin) has finished: its request is answered with that dump's
 // archive, and the job's own words reach the log; not a second archive of the same failure.
