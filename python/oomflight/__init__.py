@@ -197,10 +197,22 @@ def log(level: str, message: str) -> None:
 
 
 def shutdown() -> None:
-    """Stops the watcher thread and finalises MPI if init() started it. Only on a normal exit that every rank
-    reaches (MPI_Finalize waits for the others)."""
+    """Ends the session as a normal end: the watcher keeps answering the other ranks' dumps until every rank has
+    ended its session (or one left without them, or OOMFLIGHT_DUMP_TIMEOUT), then stops. Not needed at exit: the
+    library ends the session by itself as the exit status says, and finalises the MPI that init() started at a
+    successful exit. Raises StateError when not initialised."""
     global _initialized, _started_by
     with _state_lock:
-        _capi.check(_capi.library().oomflight_shutdown())
         _initialized = False
         _started_by = ""
+        _capi.check(_capi.library().oomflight_shutdown())
+
+
+def _end(exit_status: int) -> None:
+    """Ends the session as a process exiting with `exit_status` would (oomflight_end): non-zero leaves at once,
+    telling every other rank, waiting for none."""
+    global _initialized, _started_by
+    with _state_lock:
+        _initialized = False
+        _started_by = ""
+        _capi.check(_capi.library().oomflight_end(exit_status))

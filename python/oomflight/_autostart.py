@@ -4,8 +4,12 @@
   once for an OOM the allocator hook did not already dump, then prints the job's traceback as before;
 - oomflight.torch.install() as soon as the job imports torch (a post-import hook; torch is never imported by
   oomflight itself), which attaches the allocator hooks once CUDA is initialised;
-- at a normal exit, oomflight.shutdown() (not after an uncaught exception: MPI_Finalize would wait for ranks that
-  are going down).
+- at an uncaught exception, the end of the session as an error ends it (oomflight_end(1): every other rank is told
+  at once that this one left, nothing waits for them, MPI is not finalised), before the interpreter's finalisation.
+
+Every other ending is the library's: at the process's exit it ends the session as the exit status says (a clean
+return or sys.exit(0) leaves with the others and finalises the MPI oomflight started; sys.exit(2) leaves at once),
+because only the C library's exit handler is told the status (docs/protocol.md, "Leaving").
 """
 from __future__ import annotations
 
@@ -67,17 +71,18 @@ def _excepthook_wrapper() -> None:
 def _at_exit() -> None:
     import oomflight
 
-    if STATE["uncaught"] or not oomflight.initialized():
-        return
+    if not STATE["uncaught"] or not oomflight.initialized():
+        return  # the library's exit handler ends it, knowing the status
     try:
-        oomflight.shutdown()
+        oomflight._end(1)
     except Exception as e:  # noqa: BLE001
-        print(f"oomflight warn: shutdown: {e}", file=sys.stderr)
+        print(f"oomflight warn: end: {e}", file=sys.stderr)
 
 
 def shutdown_at_normal_exit() -> None:
-    """oomflight.shutdown() at a normal exit, not after an uncaught exception; once (oomflight run, and the trainer
-    callbacks and oomflight.torch.install when they start oomflight)."""
+    """At an uncaught exception, ends the session as an error exit at interpreter exit (the other ranks learn at
+    once); once (oomflight run, and the trainer callbacks and oomflight.torch.install when they start oomflight).
+    Every other exit is ended by the library, which knows the exit status."""
     if STATE["exit_hooked"]:
         return
     STATE["exit_hooked"] = True

@@ -160,6 +160,7 @@ _SIGNATURES = {
     "oomflight_is_oom": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int),
     "oomflight_log": ([ctypes.c_int, ctypes.c_char_p], ctypes.c_int),
     "oomflight_shutdown": ([], ctypes.c_int),
+    "oomflight_end": ([ctypes.c_int], ctypes.c_int),
     "oomflight_last_error": ([], ctypes.c_char_p),
     "oomflight_last_dump_path": ([], ctypes.c_char_p),
 }

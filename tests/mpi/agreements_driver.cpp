@@ -181,14 +181,14 @@ void leave_agreement() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     check(together.everyone_left(), "every rank posted: the leave barrier completes");
-    together.announce_leaving();  // nothing: they left together
+    together.announce_leaving(LeaveAgreement::Leaving::on_error);  // nothing: they left together
     together.close();
   }
   MPI_Barrier(MPI_COMM_WORLD);
   {
     LeaveAgreement one_gone(comm, make(), rank, size);
     if (rank == 0) {
-      one_gone.announce_leaving();
+      one_gone.announce_leaving(LeaveAgreement::Leaving::normally);
     } else {
       one_gone.post();
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -197,6 +197,8 @@ void leave_agreement() {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       check(one_gone.gone() == std::set<int>{0}, "rank 0's LEFT message arrived");
+      check(!one_gone.any_left_on_error() && one_gone.vanished().empty(),
+            "rank 0 said it left normally, and its process did not vanish");
       check(!one_gone.everyone_left(), "the barrier does not complete without rank 0");
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -4,9 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <thread>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -78,29 +83,6 @@ static_assert(sizeof(oomflight_segment_state) == 32 && sizeof(oomflight_block_st
 static_assert(sizeof(oomflight_dump_result) == 32 && offsetof(oomflight_dump_result, seconds) == 24);
 static_assert(sizeof(oomflight_frame) == 24);
 
-// A session whose watcher shutdown() had to leave behind (stuck in a dump's MPI call) is never deleted: the
-// detached thread still reads it, and the process is about to exit anyway.
-struct SessionDeleter {
-  void operator()(oomflight::Session* s) const {
-    if (s->shutdown()) delete s;
-  }
-};
-std::unique_ptr<oomflight::Session, SessionDeleter> g_session;
-bool g_we_initialised_mpi = false;
-
-// A process that exits with status 0 while oomflight holds the MPI it initialised (a script that never called
-// oomflight_shutdown) would leave MPI unfinalised, and mpirun then fails the whole job ("exited improperly").
-// glibc's on_exit, unlike atexit, is told the status: only a successful exit is ended cleanly here. A failing one
-// is left as it is (MPI_Finalize would wait for ranks that are still running or already gone, and mpirun reports
-// the failure anyway). It runs after Python's finalisation, whatever language the job is written in.
-void shutdown_at_successful_exit(int status, void*) {
-  if (status == 0 && g_session) oomflight_shutdown();
-}
-
-void end_at_normal_exit() {
-  static bool registered = false;
-  if (!registered) registered = on_exit(&shutdown_at_successful_exit, nullptr) == 0;
-}
 // The stack resolver, kept across sessions (a plugin registers it once; a later oomflight_init must not lose it).
 std::mutex g_resolver_mutex;
 oomflight_stack_resolver g_resolver = nullptr;
@@ -151,6 +133,120 @@ int guarded(const char* function, Body&& body) noexcept {
   }
 }
 
+// The process's session, published through one atomic pointer that every entry point loads once. Never destroyed:
+// the allocator's trace callback, NCCL's proxy thread and the extension's helper threads may still be inside it
+// when it ends (a shutdown, the process's exit), and a static destructor that freed it under them crashed the job
+// it watched (issue 29: SIGSEGV after an uncaught exception, via a log line after the logger was gone). An ended
+// session is retired: its watcher is stopped and its communicator freed; callbacks that load the pointer after
+// that find no session (OOMFLIGHT_ESTATE), and those already inside finish in memory that stays until the process
+// ends.
+std::atomic<oomflight::Session*> g_session{nullptr};
+oomflight::Session* live_session() { return g_session.load(std::memory_order_acquire); }
+
+// Every session this process made, live or ended (leaked on purpose, see above), and the lock that orders
+// starting and ending them. Function statics allocated once and never destroyed: nothing here runs at exit.
+std::mutex& lifecycle_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::vector<oomflight::Session*>& all_sessions() {
+  static auto* v = new std::vector<oomflight::Session*>;
+  return *v;
+}
+bool g_we_initialised_mpi = false;     // oomflight_init started MPI: it is finalised at a successful exit
+std::atomic<bool> g_watcher_left_behind{false};  // a watcher stuck in an MPI call: MPI must never be finalised
+
+// Ends the live session as `how` says (Session::End); the pointer is unpublished first, so that no caller finds a
+// session that is ending. noexcept: called from exit handlers and MPI's finalize callback.
+int end_session(oomflight::Session::End how, const char* function) noexcept {
+  try {
+    const std::lock_guard lock(lifecycle_mutex());
+    oomflight::Session* s = g_session.exchange(nullptr, std::memory_order_acq_rel);
+    if (s == nullptr) return not_initialised(function);
+    if (!s->shutdown(how)) {
+      g_watcher_left_behind = true;  // MPI_Finalize would wait for the stuck call
+      return failf(OOMFLIGHT_EDUMP, "{}: a dump was stuck in an MPI call and was left behind; MPI will not be "
+                                    "finalised (the rank-local files hold the histories)", function);
+    }
+    return OOMFLIGHT_OK;
+  } catch (const std::exception& e) {
+    return failf(OOMFLIGHT_EINTERNAL, "{}: {}", function, e.what());
+  } catch (...) {
+    return failf(OOMFLIGHT_EINTERNAL, "{}: unknown exception", function);
+  }
+}
+
+// Whether a rank of this node ended without a word, as any session of this process saw it (no MPI call).
+bool a_peer_vanished() {
+  for (oomflight::Session* s : all_sessions()) {
+    if (s->peer_vanished()) return true;
+  }
+  return false;
+}
+
+// MPI_Finalize of the MPI that oomflight_init started, at a successful exit. It waits for every rank to finalise,
+// and a rank of this node whose process ended without a word (killed, os._exit, a crash) may keep it waiting for
+// good: Open MPI 4.1's finalize fence did in 1 run of 3 here, while the launcher kept the job (issue 29: a survivor
+// exited 113 s after its last step). A watchdog then ends the process with its own status, stdio flushed, 1 s
+// after it sees such an end. mpirun reports the missing finalize, but the job has failed already: that rank never
+// finalised either. Across nodes no end is seen, and the wait is MPI's own.
+void finalise_mpi_at_exit(int status) {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mutex);
+    std::optional<std::chrono::steady_clock::time_point> give_up;
+    while (!done) {
+      if (!give_up && a_peer_vanished()) give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (give_up && std::chrono::steady_clock::now() >= *give_up) {
+        oomflight::log().warn("MPI_Finalize did not return within 1 s of a rank of this node ending without a "
+                              "word; ending the process with its own status {} without it", status);
+        std::fflush(nullptr);
+        std::_Exit(status);
+      }
+      finished.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  });
+  oomflight::finalise_mpi();
+  {
+    const std::lock_guard lock(mutex);
+    done = true;
+  }
+  finished.notify_all();
+  watchdog.join();
+}
+
+// glibc's on_exit, unlike atexit, is told the exit status: a successful exit ends the session as a normal end
+// (the leave agreement) and finalises the MPI that oomflight started (without it mpirun fails the job: "exited
+// improperly"); any other status leaves at once (LEFT to every rank, no wait, no MPI_Finalize, which could wait
+// for ranks that are still running). It runs after Python's finalisation, whatever language the job is in.
+void end_at_exit(int status, void*) {
+  if (live_session() != nullptr) {
+    end_session(status == 0 ? oomflight::Session::End::normal : oomflight::Session::End::error, "exit");
+  }
+  if (status == 0 && g_we_initialised_mpi && !g_watcher_left_behind) finalise_mpi_at_exit(status);
+}
+
+// MPI_Finalize called by the job itself (mpi4py at interpreter exit, a C program's last line) while the session is
+// live: the standard runs MPI_COMM_SELF's attribute delete callbacks first, with MPI still whole (MPI-4.1 §11.2.4),
+// so the session ends there, as a requested end, before the MPI it uses goes.
+int end_at_mpi_finalize(MPI_Comm, int, void*, void*) {
+  if (live_session() != nullptr) end_session(oomflight::Session::End::requested, "MPI_Finalize");
+  return MPI_SUCCESS;
+}
+
+void end_at_exit_once(bool with_mpi) {
+  static bool at_exit = false, at_finalize = false;
+  if (!at_exit) at_exit = on_exit(&end_at_exit, nullptr) == 0;
+  if (with_mpi && !at_finalize) {
+    int keyval = MPI_KEYVAL_INVALID;
+    at_finalize = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &end_at_mpi_finalize, &keyval, nullptr) ==
+                      MPI_SUCCESS &&
+                  MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr) == MPI_SUCCESS;
+  }
+}
+
 int dump_status_code(const DumpResult& r) {
   switch (r.status) {
     case DumpResult::Status::archive: return OOMFLIGHT_OK;
@@ -160,8 +256,8 @@ int dump_status_code(const DumpResult& r) {
   return fail(OOMFLIGHT_EDUMP, r.error.empty() ? "no archive was written" : r.error);
 }
 
-int dump(const oomflight::DumpRequest& request, oomflight_dump_result* out) {
-  const DumpResult r = g_session->dump(request);
+int dump(oomflight::Session& session, const oomflight::DumpRequest& request, oomflight_dump_result* out) {
+  const DumpResult r = session.dump(request);
   {
     std::lock_guard lock(g_dump_mutex);
     g_last_dump_path = r.path;
@@ -179,7 +275,7 @@ int dump(const oomflight::DumpRequest& request, oomflight_dump_result* out) {
 // oomflight_init and oomflight_init_settings: `count` explicit settings (OOMFLIGHT_* names) override the
 // environment; both go through the one option table, so a keyword argument and a variable fail alike.
 int init_session(const char* const* names, const char* const* values, size_t count, const char* function) noexcept {
-  if (g_session) return failf(OOMFLIGHT_ESTATE, "{}: already initialised", function);
+  if (live_session() != nullptr) return failf(OOMFLIGHT_ESTATE, "{}: already initialised", function);
   if (count > 0 && (names == nullptr || values == nullptr)) {
     return failf(OOMFLIGHT_EINVAL, "{}: names or values is NULL", function);
   }
@@ -222,21 +318,26 @@ int init_session(const char* const* names, const char* const* values, size_t cou
       return fail(OOMFLIGHT_ECONFIG, config_error);
     }
     entries = config->max_entries;
+    const std::lock_guard lifecycle(lifecycle_mutex());
+    all_sessions().reserve(all_sessions().size() + 1);  // the push below cannot fail once the session exists
+    oomflight::Session* session = nullptr;
     try {
-      g_session.reset(new oomflight::Session(std::move(*config), world));
+      session = new oomflight::Session(std::move(*config), world);
     } catch (const std::bad_alloc&) {
       // Thrown only before the session's first collective (the ring): the peers must not wait for this rank.
       if (world != MPI_COMM_NULL) oomflight::Session::refuse_start_up(world);
       throw;
     }
-    if (g_we_initialised_mpi) end_at_normal_exit();
+    all_sessions().push_back(session);
+    end_at_exit_once(world != MPI_COMM_NULL);
     {
       const std::lock_guard lock(g_resolver_mutex);
-      g_session->recorder().set_stack_resolver(g_resolver, g_resolver_user);
+      session->recorder().set_stack_resolver(g_resolver, g_resolver_user);
     }
     // The job's own communicator, so that an MPI source's records (the replay's all-reduce) name it.
-    g_session->recorder().register_communicator(
-        {kWorldCommunicator, "world", g_session->identity().rank, g_session->identity().world_size});
+    session->recorder().register_communicator(
+        {kWorldCommunicator, "world", session->identity().rank, session->identity().world_size});
+    g_session.store(session, std::memory_order_release);
   } catch (const oomflight::ConfigError& e) {
     return fail(OOMFLIGHT_ECONFIG, e.what());
   } catch (const std::bad_alloc&) {
@@ -269,14 +370,16 @@ int oomflight_init_settings(const char* const* names, const char* const* values,
 }
 
 int oomflight_rank(int* rank, int* world_size) {
-  if (!g_session) return not_initialised("oomflight_rank");
-  if (rank) *rank = g_session->identity().rank;
-  if (world_size) *world_size = g_session->identity().world_size;
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_rank");
+  if (rank) *rank = session->identity().rank;
+  if (world_size) *world_size = session->identity().world_size;
   return OOMFLIGHT_OK;
 }
 
 int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, int32_t stack_id) {
-  if (!g_session) return not_initialised("oomflight_record");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_record");
   const bool predates = (action & OOMFLIGHT_RECORD_PREDATES_HISTORY) != 0;
   action &= ~OOMFLIGHT_RECORD_PREDATES_HISTORY;
   if (action < 0 || action >= OOMFLIGHT_ACTION_COUNT) {
@@ -286,23 +389,25 @@ int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint6
   if (device < 0 || device > INT16_MAX) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_record: device {} is outside 0 .. 32767", device);
   }
-  const bool kept = g_session->recorder().record(static_cast<Action>(action), static_cast<std::int16_t>(device),
+  const bool kept = session->recorder().record(static_cast<Action>(action), static_cast<std::int16_t>(device),
                                                  addr, size, stream, stack_id,
                                                  predates ? oomflight::kEventPredatesHistory : std::uint8_t{0});
   return kept ? OOMFLIGHT_OK : OOMFLIGHT_EDROPPED;
 }
 
 int oomflight_mark_batch(int64_t batch) {
-  if (!g_session) return not_initialised("oomflight_mark_batch");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_mark_batch");
   if (batch < 0) return failf(OOMFLIGHT_EINVAL, "oomflight_mark_batch: batch {} is negative", batch);
   return guarded("oomflight_mark_batch", [&]() -> int {
-    g_session->mark_batch(batch);
+    session->mark_batch(batch);
     return OOMFLIGHT_OK;
   });
 }
 
 int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, int32_t* stack_id) {
-  if (!g_session) return not_initialised("oomflight_intern_stack");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_intern_stack");
   if (stack_id == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_intern_stack: stack_id is NULL");
   if (frames == nullptr && count > 0) return fail(OOMFLIGHT_EINVAL, "oomflight_intern_stack: frames is NULL");
   return guarded("oomflight_intern_stack", [&]() -> int {
@@ -314,7 +419,7 @@ int oomflight_intern_stack(const struct oomflight_frame* frames, size_t count, i
       }
       refs.push_back({frames[i].function, frames[i].file, frames[i].line});
     }
-    *stack_id = g_session->recorder().intern_stack(refs);
+    *stack_id = session->recorder().intern_stack(refs);
     return OOMFLIGHT_OK;
   });
 }
@@ -323,13 +428,15 @@ int oomflight_set_stack_resolver(oomflight_stack_resolver resolver, void* user, 
   const std::lock_guard lock(g_resolver_mutex);
   g_resolver = resolver;
   g_resolver_user = user;
-  if (g_session) g_session->recorder().set_stack_resolver(resolver, user);
-  if (max_entries) *max_entries = g_session ? g_session->config().max_entries : 0;
+  oomflight::Session* const session = live_session();
+  if (session != nullptr) session->recorder().set_stack_resolver(resolver, user);
+  if (max_entries) *max_entries = session != nullptr ? session->config().max_entries : 0;
   return OOMFLIGHT_OK;
 }
 
 int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
-  if (!g_session) return not_initialised("oomflight_set_memory");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_set_memory");
   if (memory == nullptr || memory->struct_size < sizeof(oomflight_memory)) {
     return fail(OOMFLIGHT_EINVAL, "oomflight_set_memory: memory is NULL or its struct_size is too small "
                                   "(initialise it with OOMFLIGHT_MEMORY_INIT)");
@@ -337,7 +444,7 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
   const oomflight::MemoryStats stats{memory->allocated_bytes,      memory->reserved_bytes,
                                      memory->peak_allocated_bytes, memory->peak_reserved_bytes,
                                      memory->device_capacity_bytes, memory->device_free_bytes};
-  if (!g_session->recorder().set_memory(device, stats)) {
+  if (!session->recorder().set_memory(device, stats)) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_set_memory: device {} is outside 0 .. {}", device,
                                               oomflight::kMaxDevices - 1);
   }
@@ -347,7 +454,8 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
 int oomflight_record_collective(const struct oomflight_collective* c) {
   // Without a session this is the NCCL plugin's every call in a job oomflight does not watch: a fixed message (an
   // assign into the thread's kept buffer), not a formatted one, so that the quiet path costs less than recording.
-  if (!g_session) {
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) {
     return fail(OOMFLIGHT_ESTATE, "oomflight_record_collective: oomflight_init was not called (or oomflight_shutdown was)");
   }
   if (c == nullptr) return fail(OOMFLIGHT_EINVAL, "oomflight_record_collective: record is NULL");
@@ -378,18 +486,19 @@ int oomflight_record_collective(const struct oomflight_collective* c) {
   r.datatype = type;
   r.phase = static_cast<oomflight::CollectivePhase>(c->phase);
   r.flags = static_cast<std::uint8_t>(c->flags & OOMFLIGHT_COLL_DEVICE_COMPLETION);
-  g_session->recorder().record_collective(r);
+  session->recorder().record_collective(r);
   return OOMFLIGHT_OK;
 }
 
 int oomflight_register_communicator(uint64_t comm_id, const char* name, int comm_rank, int comm_size) {
-  if (!g_session) return not_initialised("oomflight_register_communicator");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_register_communicator");
   if (comm_size < 1 || comm_rank < 0 || comm_rank >= comm_size) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_register_communicator: rank {} of size {} is not 0 .. size - 1 with "
                  "size >= 1", comm_rank, comm_size);
   }
   return guarded("oomflight_register_communicator", [&]() -> int {
-    g_session->recorder().register_communicator({comm_id, name == nullptr ? "" : name, comm_rank, comm_size});
+    session->recorder().register_communicator({comm_id, name == nullptr ? "" : name, comm_rank, comm_size});
     return OOMFLIGHT_OK;
   });
 }
@@ -397,19 +506,21 @@ int oomflight_register_communicator(uint64_t comm_id, const char* name, int comm
 uint64_t oomflight_world_communicator(void) { return kWorldCommunicator; }
 
 int oomflight_set_metadata(const char* key, const char* value) {
-  if (!g_session) return not_initialised("oomflight_set_metadata");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_set_metadata");
   if (key == nullptr || *key == '\0' || value == nullptr) {
     return fail(OOMFLIGHT_EINVAL, "oomflight_set_metadata: key is NULL or empty, or value is NULL");
   }
   return guarded("oomflight_set_metadata", [&]() -> int {
-    g_session->recorder().context().set_metadata(key, value, g_session->recorder().batch());
+    session->recorder().context().set_metadata(key, value, session->recorder().batch());
     return OOMFLIGHT_OK;
   });
 }
 
 namespace {
 // The allocator state given with a request, checked and copied into the archive's rows.
-int copy_state(const oomflight_dump_request& q, bool with_details, oomflight::AllocatorStateRows& out) {
+int copy_state(oomflight::Session& session, const oomflight_dump_request& q, bool with_details,
+               oomflight::AllocatorStateRows& out) {
   constexpr std::uint64_t kMaxSegments = std::uint64_t{1} << 24, kMaxBlocks = std::uint64_t{1} << 26;
   if ((q.segments == nullptr && q.segment_count > 0) || (q.blocks == nullptr && q.block_count > 0)) {
     return fail(OOMFLIGHT_EINVAL, "oomflight_request_dump: segments or blocks is NULL with a count above 0");
@@ -418,7 +529,7 @@ int copy_state(const oomflight_dump_request& q, bool with_details, oomflight::Al
     return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: {} segments and {} blocks exceed the limits ({}, {})",
                  q.segment_count, q.block_count, kMaxSegments, kMaxBlocks);
   }
-  const std::size_t stacks = g_session->recorder().stacks().size();
+  const std::size_t stacks = session.recorder().stacks().size();
   out.segments.reserve(q.segment_count);
   for (std::uint64_t i = 0; i < q.segment_count; ++i) {
     const oomflight_segment_state& s = q.segments[i];
@@ -472,7 +583,8 @@ int copy_state(const oomflight_dump_request& q, bool with_details, oomflight::Al
 }  // namespace
 
 int oomflight_request_dump(const struct oomflight_dump_request* request, struct oomflight_dump_result* result) {
-  if (!g_session) return not_initialised("oomflight_request_dump");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_request_dump");
   // Callers built against an older header pass the struct without the state fields: read those only when given.
   constexpr std::size_t kBaseSize = offsetof(oomflight_dump_request, segments);
   if (request == nullptr || request->struct_size < kBaseSize) {
@@ -496,19 +608,20 @@ int oomflight_request_dump(const struct oomflight_dump_request* request, struct 
     r.batch = request->batch;
     if (request->struct_size >= offsetof(oomflight_dump_request, segment_details)) {
       const bool details = request->struct_size >= sizeof(oomflight_dump_request);
-      if (const int rc = copy_state(*request, details, r.state); rc != OOMFLIGHT_OK) return rc;
+      if (const int rc = copy_state(*session, *request, details, r.state); rc != OOMFLIGHT_OK) return rc;
     }
-    return dump(r, result);
+    return dump(*session, r, result);
   });
 }
 
 int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_bytes, uint64_t device_free_bytes) {
-  if (!g_session) return not_initialised("oomflight_trigger_oom");
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_trigger_oom");
   if (device < 0 || device >= oomflight::kMaxDevices) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_trigger_oom: device {} is outside 0 .. {}", device,
                                               oomflight::kMaxDevices - 1);
   }
-  g_session->recorder().record(Action::oom, static_cast<std::int16_t>(device), device_free_bytes, requested_bytes, 0);
+  session->recorder().record(Action::oom, static_cast<std::int16_t>(device), device_free_bytes, requested_bytes, 0);
   return guarded("oomflight_trigger_oom", [&]() -> int {
     oomflight::DumpRequest r;
     r.kind = DumpKind::oom;
@@ -516,7 +629,7 @@ int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_byt
     r.requested_bytes = requested_bytes;
     r.device_free_bytes = device_free_bytes;
     r.device = device;
-    return dump(r, nullptr);
+    return dump(*session, r, nullptr);
   });
 }
 
@@ -543,23 +656,11 @@ int oomflight_log(int level, const char* message) {
   });
 }
 
-int oomflight_shutdown(void) {
-  if (!g_session) return not_initialised("oomflight_shutdown");
-  return guarded("oomflight_shutdown", []() -> int {
-    const bool clean = g_session->shutdown();
-    g_session.reset();
-    if (!clean) {
-      // MPI_Finalize would wait for the stuck call: leave MPI as it is and let the process exit.
-      g_we_initialised_mpi = false;
-      return fail(OOMFLIGHT_EDUMP, "oomflight_shutdown: a dump was stuck in an MPI call and was left behind; "
-                                   "MPI was not finalised (the rank-local files hold the histories)");
-    }
-    if (g_we_initialised_mpi) {
-      g_we_initialised_mpi = false;
-      oomflight::finalise_mpi();
-    }
-    return OOMFLIGHT_OK;
-  });
+int oomflight_shutdown(void) { return end_session(oomflight::Session::End::requested, "oomflight_shutdown"); }
+
+int oomflight_end(int exit_status) {
+  return end_session(exit_status == 0 ? oomflight::Session::End::normal : oomflight::Session::End::error,
+                     "oomflight_end");
 }
 
 const char* oomflight_last_error(void) { return t_last_error.c_str(); }

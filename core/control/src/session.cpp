@@ -90,34 +90,38 @@ void Session::refuse_start_up(MPI_Comm world) noexcept {
 }
 
 Session::~Session() {
-  if (!shutdown(false)) {
+  if (!shutdown(End::error)) {
     // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
     (void)protocol_.release();
     (void)executor_.release();
   }
 }
 
-bool Session::shutdown(bool normal_end) {
+bool Session::shutdown(End how) {
+  const bool normal_end = how == End::normal || (how == End::requested && !oom_dumped_);
   {
     std::lock_guard lock(batch_mutex_);
-    if (!shut_down_ && normal_end && config_.enabled && !oom_dumped_) {
+    if (shut_down_) return protocol_ ? protocol_->shutdown(false) : true;  // the first call decided
+    if (normal_end && config_.enabled) {
       // A normal end ends the running batch: a window whose last batch it is closes now, and is written
       // before the watcher stops (every rank shuts down alike; bounded by the dump deadline).
       if (const auto w = schedule_.closed_at_end(recorder_.batch())) take_snapshot(*w);
     }
     shut_down_ = true;
   }
-  // After this rank's OOM dump the job is ending on its error, and its peers may be stuck in the job's own
-  // collectives: no window is closed or waited for (a dump goes first: the OOM ends the job as fast with
-  // snapshots on as without).
-  if (normal_end && !oom_dumped_ && protocol_ && !protocol_->drain_snapshots(config_.dump_timeout)) {
+  // An error exit, or a requested end after this rank's OOM dump, is the job ending on its error, and its peers
+  // may be stuck in the job's own collectives: no window is closed or waited for (a dump goes first: the OOM ends
+  // the job as fast with snapshots on as without).
+  if (normal_end && protocol_ && !protocol_->drain_snapshots(config_.dump_timeout)) {
     log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
-               "end of its window); it is dropped");
+               "end of its window, or left); it is dropped");
   }
-  // A normal end leaves together with the other ranks (answering their dumps meanwhile); an error exit, or the end
-  // of a rank that ran out of memory, does not wait for them (its peers may be stuck in the job's collectives).
-  return protocol_ ? protocol_->shutdown(normal_end && !oom_dumped_) : true;
+  // A normal end leaves together with the other ranks (answering their dumps meanwhile); any other end does not
+  // wait for them.
+  return protocol_ ? protocol_->shutdown(normal_end) : true;
 }
+
+bool Session::peer_vanished() { return protocol_ && protocol_->peer_vanished(); }
 
 void Session::mark_batch(std::int64_t batch) {
   std::lock_guard lock(batch_mutex_);

@@ -25,7 +25,10 @@
 #include <memory>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include "dump_signal.hpp"
+#include "peer_processes.hpp"
 #include "protocol_timing.hpp"
 #include "settings_agreement.hpp"
 #include "vote_summary.hpp"
@@ -64,23 +67,35 @@ DumpRequest request_from_oom_event(const FrozenHistory& h) {
   return r;
 }
 
-// Every other rank's doorbell on this node (MPI_COMM_TYPE_SHARED), learnt once: collective over `comm`. Any
-// failure leaves the list short, which only means those ranks see triggers at their next poll.
-std::vector<DoorbellAddress> exchange_node_doorbells(MPI_Comm comm, int rank, const DoorbellAddress& mine) {
+// What a rank learns of its node's other ranks once, collectively over `comm`: their doorbells, and their processes
+// to watch for an end without a word (peer_processes.hpp). Any failure leaves the lists short, which only means
+// those ranks see triggers at their next poll, and their silent end is learnt at the deadline.
+struct NodePeers {
+  std::vector<DoorbellAddress> doorbells;
+  std::vector<PeerProcesses::Peer> processes;
+};
+
+NodePeers exchange_node_peers(MPI_Comm comm, int rank, const DoorbellAddress& mine) {
   // Abstract socket names are per network namespace, and MPI_COMM_TYPE_SHARED may group ranks of different ones
   // (a container per rank sharing /dev/shm): a ring there would reach whichever socket has that name. Only the
-  // ranks of this rank's namespace are rung.
+  // ranks of this rank's namespace are rung; likewise, only processes of this rank's pid namespace are watched.
   struct Entry {
     std::uint64_t net_dev = 0, net_ino = 0;  // /proc/self/ns/net
+    std::uint64_t pid_dev = 0, pid_ino = 0;  // /proc/self/ns/pid
+    std::int64_t pid = 0;
     std::int32_t rank = -1;
     DoorbellAddress address;
   };
-  std::vector<DoorbellAddress> peers;
+  NodePeers peers;
   Entry me{};
   if (struct stat ns {}; ::stat("/proc/self/ns/net", &ns) == 0) {
     me.net_dev = static_cast<std::uint64_t>(ns.st_dev);
     me.net_ino = static_cast<std::uint64_t>(ns.st_ino);
   }
+  const PidNamespace pid_ns = own_pid_namespace();
+  me.pid_dev = pid_ns.dev;
+  me.pid_ino = pid_ns.ino;
+  me.pid = static_cast<std::int64_t>(::getpid());
   me.rank = rank;
   me.address = mine;
   MPI_Comm node = MPI_COMM_NULL;
@@ -90,8 +105,11 @@ std::vector<DoorbellAddress> exchange_node_doorbells(MPI_Comm comm, int rank, co
   std::vector<Entry> all(static_cast<std::size_t>(size));
   if (MPI_Allgather(&me, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, node) == MPI_SUCCESS) {
     for (const Entry& e : all) {
-      const bool same_namespace = e.net_dev == me.net_dev && e.net_ino == me.net_ino;
-      if (e.rank != rank && e.address.length > 0 && same_namespace) peers.push_back(e.address);
+      if (e.rank == rank) continue;
+      const bool same_net = e.net_dev == me.net_dev && e.net_ino == me.net_ino;
+      if (e.address.length > 0 && same_net) peers.doorbells.push_back(e.address);
+      const bool same_pids = pid_ns.ino != 0 && e.pid_dev == me.pid_dev && e.pid_ino == me.pid_ino;
+      if (same_pids) peers.processes.push_back({e.rank, e.pid});
     }
   }
   MPI_Comm_free(&node);
@@ -113,13 +131,15 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
                                  const DumpExecutor& executor, MPI_Comm comm)
     : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
-  node_doorbells_ = exchange_node_doorbells(comm_, id_.rank, doorbell_.address());
+  NodePeers node = exchange_node_peers(comm_, id_.rank, doorbell_.address());
+  node_doorbells_ = std::move(node.doorbells);
   signal_installed_ = install_dump_signal();
   if (config_.dump_on_exit) exit_installed_ = install_exit_signal();
   MPI_Comm leave_comm = MPI_COMM_NULL;
   MPI_Comm_dup(comm_, &leave_comm);  // collective, like this constructor
   MPI_Comm_set_errhandler(leave_comm, MPI_ERRORS_RETURN);
-  leave_ = std::make_unique<LeaveAgreement>(comm_, leave_comm, id_.rank, id_.world_size);
+  leave_ = std::make_unique<LeaveAgreement>(comm_, leave_comm, id_.rank, id_.world_size,
+                                            std::make_unique<PeerProcesses>(node.processes));
   votes_ = std::make_unique<protocol::VoteReduction>(id_.world_size);
   if (config_.snapshots()) {
     MPI_Comm snapshot_comm = MPI_COMM_NULL;
@@ -178,7 +198,7 @@ bool TriggerProtocol::shutdown(bool leave_together) {
   if (watcher_.joinable()) watcher_.join();
   // Told before the communicator goes: a rank that asks for a dump after this one left must not wait for it.
   leave_->receive_left_messages();
-  leave_->announce_leaving();
+  leave_->announce_leaving(leave_together ? LeaveAgreement::Leaving::normally : LeaveAgreement::Leaving::on_error);
   leave_->close();
   if (trigger_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&trigger_request_);
@@ -188,6 +208,14 @@ bool TriggerProtocol::shutdown(bool leave_together) {
   if (!broken_) MPI_Comm_free(&comm_);
   if (snapshots_) snapshots_->close();
   return true;
+}
+
+bool TriggerProtocol::peer_vanished() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!watcher_exited_) return false;  // the agreement is the watcher's until it stops
+  }
+  return leave_->peer_process_ended();
 }
 
 DumpResult TriggerProtocol::request(const DumpRequest& request) {
@@ -332,6 +360,7 @@ void TriggerProtocol::watch_until_stopped() {
     const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     bool local = false;
     bool last_dump = false;
+    bool end_now = false;
     {
       std::lock_guard lock(mutex_);
       if (stop_) {
@@ -342,12 +371,20 @@ void TriggerProtocol::watch_until_stopped() {
       } else {
         if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
         if (exit_installed_ && take_exit_signal()) {
-          exiting_ = true;
-          queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
+          if (exit_dumped_ || leaving_) {
+            // One dump per ending: the launcher's teardown SIGTERM after an exit dump this rank took part in (or
+            // while it is leaving at its normal end) ends the process as SIGTERM would, with no second dump (a
+            // stray rank-local exit file beside the archive, issue 29).
+            end_now = true;
+          } else {
+            exiting_ = true;
+            queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
+          }
         }
       }
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
+    if (end_now) end_by_sigterm(exit_dumped_ ? "after the exit dump" : "while leaving at the end of the job");
     bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
     if (!remote && !local && rings.other) remote = await_rung_trigger();
     if (remote) {
@@ -363,11 +400,17 @@ void TriggerProtocol::watch_until_stopped() {
       std::lock_guard lock(mutex_);
       end = exiting_ && !pending_ && !active_;
     }
-    if (end) {
-      log().info("the dump asked for by SIGTERM is done; ending the process as SIGTERM would");
-      end_with_sigterm();  // the process ends here
-    }
+    if (end) end_by_sigterm("the dump asked for by SIGTERM is done");
   }
+}
+
+void TriggerProtocol::end_by_sigterm(const char* why) {
+  log().info("SIGTERM: {}; ending the process as SIGTERM would", why);
+  // The process ends on a signal: it never finalises MPI and never votes again. The others hear it now rather
+  // than at their deadline (the watcher is between dumps here, so "left" cannot be taken for a missing vote).
+  leave_->receive_left_messages();
+  leave_->announce_leaving(LeaveAgreement::Leaving::on_error);
+  end_with_sigterm();  // the process ends here
 }
 
 void TriggerProtocol::queue_snapshot(const SnapshotWindow& window,
@@ -394,6 +437,12 @@ void TriggerProtocol::poll_leave() {
   }
   if (leaving) leave_->post();
   const bool together = leaving && leave_->everyone_left();
+  // A rank that is gone writes no snapshot any more: a window now waits for it in vain (and a normal end's drain
+  // with it, up to the deadline).
+  if (newly_gone && snapshots_ && !snapshots_->broken()) {
+    snapshots_->abandon();
+    log().info("no more snapshots in this job: {}", gone_ranks_text(false));
+  }
   if (newly_gone || together) {
     std::lock_guard lock(mutex_);
     any_gone_ = any_gone_ || newly_gone;
@@ -402,10 +451,17 @@ void TriggerProtocol::poll_leave() {
   }
 }
 
-std::string TriggerProtocol::gone_ranks_text() const {
+std::string TriggerProtocol::gone_ranks_text(bool before_dump) const {
   std::vector<int> gone(leave_->gone().begin(), leave_->gone().end());
-  return fmt::format("{} {} left the job before this dump (ended {} oomflight session without the others)",
-                     gone.size() == 1 ? "rank" : "ranks", rank_ranges(gone), gone.size() == 1 ? "its" : "their");
+  std::vector<int> vanished(leave_->vanished().begin(), leave_->vanished().end());
+  std::string text = fmt::format("{} {} left the job{} (ended {} oomflight session without the others)",
+                                 gone.size() == 1 ? "rank" : "ranks", rank_ranges(gone),
+                                 before_dump ? " before this dump" : "", gone.size() == 1 ? "its" : "their");
+  if (!vanished.empty()) {
+    text += fmt::format("; {} {} ended without a word (its process is gone: killed, os._exit or a crash)",
+                        vanished.size() == 1 ? "rank" : "ranks", rank_ranges(vanished));
+  }
+  return text;
 }
 
 bool TriggerProtocol::dump_waiting() {
@@ -819,22 +875,31 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
   bool joint = false;
   // An origin's error ends the job: give every other rank until the deadline to finish its own file (not those
   // that left before the dump: they write none).
-  leave_->receive_left_messages();
-  const int others = id_.world_size - 1 - static_cast<int>(leave_->gone().size());
-  int done = 0;
+  // The ranks still awaited: every other rank but those that left (before or during the dump: a rank whose
+  // process ended on this node is gone too, and will never send DONE).
+  std::set<int> done;
+  const auto awaited = [&] {
+    int n = 0;
+    for (int r = 0; r < id_.world_size; ++r) {
+      n += r != id_.rank && done.count(r) == 0 && leave_->gone().count(r) == 0 ? 1 : 0;
+    }
+    return n;
+  };
   const std::int64_t waiting_since = monotonic_ns();
-  while (done < others && monotonic_ns() < deadline_ns) {
+  leave_->receive_left_messages();
+  while (awaited() > 0 && monotonic_ns() < deadline_ns) {
     int arrived = 0;
     MPI_Status status;
     MPI_Iprobe(MPI_ANY_SOURCE, kTagDone, comm_, &arrived, &status);
     if (!arrived) {
       std::this_thread::sleep_for(poll_pause(monotonic_ns() - waiting_since));
+      leave_->receive_left_messages();
       continue;
     }
     std::array<std::int64_t, 2> done_msg{};
     MPI_Recv(done_msg.data(), 2, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
     if (done_msg[0] == epoch_) {
-      ++done;
+      done.insert(status.MPI_SOURCE);
       if (done_msg[1] != 0) {
         joint = true;
         log().info("rank {} ran out of memory during this dump: staying for its dump, which names both",
@@ -842,8 +907,9 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
       }
     }
   }
-  if (done < others) {
-    log().warn("{} of {} other ranks reported their rank-local file before the deadline", done, others);
+  if (const int missing = awaited(); missing > 0) {
+    log().warn("{} of {} other ranks reported their rank-local file before the deadline",
+               id_.world_size - 1 - missing, id_.world_size - 1);
   }
   return joint;
 }
@@ -851,6 +917,7 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
 void TriggerProtocol::finish(DumpResult result) {
   {
     std::lock_guard lock(mutex_);
+    if (result.kind == DumpKind::exit) exit_dumped_ = true;
     last_result_ = std::move(result);
     ++epoch_;
     active_ = false;

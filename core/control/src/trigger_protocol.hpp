@@ -62,6 +62,10 @@ class TriggerProtocol {
   /// its communicator and everything it refers to must then stay alive until the process exits.
   bool shutdown(bool leave_together);
 
+  /// After shutdown() (the watcher stopped): whether a rank of this node ended without a word, before or now
+  /// (LeaveAgreement::vanished, with the node's processes looked at again). No MPI call. One caller at a time.
+  bool peer_vanished();
+
  private:
   struct Pending {
     FrozenHistory history;
@@ -73,7 +77,8 @@ class TriggerProtocol {
   bool dump_waiting();
   // The watcher's part of the leave agreement: LEFT messages, and the barrier once shutdown() asked to leave.
   void poll_leave();
-  std::string gone_ranks_text() const;
+  // "ranks 0-1, 3 left the job before this dump (...)"; the ranks whose process ended without a word are named too.
+  std::string gone_ranks_text(bool before_dump = true) const;
 
   // What a rank knows of a dump on its own (before or without the votes): origins, batch, kind, its header.
   struct LocalView {
@@ -88,6 +93,8 @@ class TriggerProtocol {
   // held). A dump already asked for or under way covers it.
   void queue_signal_dump(DumpKind kind, const char* reason);
   void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
+  // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
+  void end_by_sigterm(const char* why);
   void watch();
   void watch_until_stopped();
   bool poll_trigger_message();
@@ -144,6 +151,7 @@ class TriggerProtocol {
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
+  bool exit_dumped_ = false;             // a dump of kind exit finished here: a later SIGTERM ends the process at once
   std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
   DumpTimeline timeline_;                // this dump's steps, logged at its end (watcher; docs/scale.md)
 

@@ -224,8 +224,9 @@ int run_replay_job(const ReplayOptions& o) {
     std::fprintf(stderr, "torch.OutOfMemoryError: %s\n", oom->message.c_str());
     std::fflush(stderr);
     // Like a training script whose exception escapes: exit non-zero without MPI_Finalize, and mpirun tears the
-    // job down. (oomflight did not initialise MPI here, so its shutdown does not finalise it.)
-    oomflight_shutdown();
+    // job down. The session ends as that exit ends it (the other ranks are told this one left), now rather than at
+    // the exit, as the Python package does at an uncaught exception.
+    oomflight_end(kReplayOutOfMemory);
     return kReplayOutOfMemory;
   }
   const auto stats = device->stats();

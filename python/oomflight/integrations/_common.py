@@ -34,8 +34,9 @@ def settings_from(kwargs: dict) -> dict:
 def start(settings: dict, run_name: str | None, install_torch: bool) -> None:
     """Initialises oomflight (once per process) and installs the torch hooks without the optimizer-step batch
     marks: the callback marks batches from the trainer's own count. The trainer's run name is used unless a
-    setting or OOMFLIGHT_RUN_NAME (`oomflight run --run-name`) names the run. A process the callback started shuts
-    oomflight down at its normal exit (under mpirun, MPI_Finalize: without it the job counts as failed)."""
+    setting or OOMFLIGHT_RUN_NAME (`oomflight run --run-name`) names the run. A process the callback started ends its
+    session as its exit says: the library's exit handler (a status-0 exit leaves with the other ranks and finalises
+    MPI, which mpirun needs; any other leaves at once), and an uncaught exception at once (docs/pytorch.md)."""
     if run_name and "run_name" not in settings and not os.environ.get("OOMFLIGHT_RUN_NAME"):
         settings = dict(settings, run_name=run_name)
     if not oomflight.initialized():

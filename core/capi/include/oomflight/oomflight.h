@@ -20,14 +20,15 @@
  *     oomflight_trigger_oom(0, "CUDA out of memory. Tried to allocate 2.00 GiB", bytes, free_bytes);
  *     // every rank's history is in one archive now (oomflight_last_dump_path()); let the error propagate
  *   }
- *   oomflight_shutdown();   // on a normal exit only (see there)
+ *   // at exit the library ends the session as the exit status says (oomflight_shutdown, oomflight_end)
  *
  * Conventions, for every function:
  * - Units: sizes and addresses in bytes, device ordinals as CUDA numbers them, batches counted from 0.
  * - Return values: OOMFLIGHT_OK (0) on success, a negative OOMFLIGHT_E* code on failure; oomflight_last_error()
  *   then says why, in this thread.
- * - Thread-safety: once oomflight_init() has returned, every function but oomflight_init() and
- *   oomflight_shutdown() is safe to call from any thread; those two must not race with any other call.
+ * - Thread-safety: every function is safe to call from any thread. A call that races oomflight_shutdown() or
+ *   oomflight_end() either finishes on the ending session (whose memory stays until the process ends) or finds
+ *   none (OOMFLIGHT_ESTATE); oomflight_init() and the endings are ordered by one lock.
  * - Extensible structs start with `struct_size` (set it with the *_INIT initialisers): a newer library reads
  *   only the fields an older caller's struct has, so callers built against this header keep working.
  * - No returned pointer depends on a lock: strings are static or this thread's own copies.
@@ -274,7 +275,7 @@ OOMFLIGHT_API int oomflight_launched_by_mpi(void);
 
 /** Initialises from the OOMFLIGHT_* environment variables (`oomflight config` lists them). Under an MPI launcher
  *  it joins the job's control plane: if MPI is not initialised yet it initialises it with MPI_THREAD_MULTIPLE (and
- *  oomflight_shutdown finalises it); this call is then collective over MPI_COMM_WORLD. Otherwise it runs as a
+ *  finalises it at the process's successful exit); this call is then collective over MPI_COMM_WORLD. Otherwise it runs as a
  *  single process (world size 1) and makes no MPI call.
  *  Under MPI it also installs a SIGUSR1 handler when SIGUSR1 is at its default action (a handler the process has
  *  is kept; one it installs later replaces oomflight's): SIGUSR1 to any rank then dumps every rank into one
@@ -414,13 +415,32 @@ OOMFLIGHT_API int oomflight_is_oom(const char* type_name, const char* message);
  *  Returns OOMFLIGHT_OK or OOMFLIGHT_EINVAL (level out of range, message NULL). */
 OOMFLIGHT_API int oomflight_log(int level, const char* message);
 
-/** Stops the watcher thread and, if oomflight_init initialised MPI, finalises it. Call it on a normal exit that
- *  every rank reaches: MPI_Finalize waits for the other ranks, so a rank that is failing must simply exit (the
- *  library stops its thread at exit). A process whose oomflight_init initialised MPI and that exits with status 0
- *  without calling it is shut down at that exit (glibc's on_exit, after Python's finalisation in a Python job), so
- *  that mpirun does not fail the job for a missing MPI_Finalize; a non-zero exit is left alone.
- *  Returns OOMFLIGHT_OK or OOMFLIGHT_ESTATE. */
+/** Ends the session as a normal end that the program asks for (docs/protocol.md, "Leaving"): the running batch
+ *  ends (a snapshot window it completes is written), and the watcher keeps answering the other ranks' dumps until
+ *  every rank has ended its session, one has left without them, or OOMFLIGHT_DUMP_TIMEOUT; then it stops. After
+ *  this rank's own OOM dump it does not wait (its job is ending on that error, and the others may be stuck in the
+ *  job's collectives). MPI is not finalised here: the MPI that oomflight_init started is finalised at the
+ *  process's successful exit (below), so the job may still use it.
+ *  The library ends a session by itself, so that no program needs to call this (glibc's on_exit, which is told the
+ *  exit status; it runs after Python's finalisation): an exit with status 0 ends it as this call does, but even
+ *  after an OOM dump (a caught and retried OOM is a normal end), then finalises the MPI that oomflight_init started
+ *  (mpirun fails a job whose rank exits without it); any other status ends it as oomflight_end does. A job that
+ *  finalises MPI itself ends the session first, inside its MPI_Finalize (an MPI_COMM_SELF attribute's callback).
+ *  The session's memory is kept until the process ends: callbacks already inside it (torch's allocator hook,
+ *  NCCL's profiler) finish safely, later calls get OOMFLIGHT_ESTATE.
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_ESTATE (not initialised), or OOMFLIGHT_EDUMP (a dump was stuck in an MPI call
+ *  past 3 x OOMFLIGHT_DUMP_TIMEOUT and was left behind; MPI will then not be finalised). */
 OOMFLIGHT_API int oomflight_shutdown(void);
+
+/** Ends the session as a process that exits with `exit_status` ends it, for a caller that knows the status
+ *  before the process's exit does (the Python package calls it at an uncaught exception, so that the other ranks
+ *  learn at once rather than after the interpreter's finalisation). 0 is a normal end (as oomflight_shutdown, even
+ *  after an OOM dump). Any other status leaves at once: a dump under way is finished (within its deadline), every
+ *  other rank is told that this one left (LEFT, so that none of them waits for it: their dumps fall back to
+ *  rank-local files at once, their leave agreement ends), and nothing waits for another rank; MPI is never
+ *  finalised (MPI_Finalize can wait for the living). Since 0.2.1.
+ *  Returns as oomflight_shutdown. */
+OOMFLIGHT_API int oomflight_end(int exit_status);
 
 /** The last error message of this thread ("" if none). Valid until this thread's next oomflight call. */
 OOMFLIGHT_API const char* oomflight_last_error(void);

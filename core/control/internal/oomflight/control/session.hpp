@@ -58,15 +58,30 @@ class Session {
   /// they can.
   DumpResult dump(const DumpRequest& request);
 
+  /// How a session ends (docs/protocol.md, "Leaving").
+  enum class End {
+    normal,     ///< the process ends with status 0: the running batch ends, a snapshot window it completes is
+                ///< written, queued snapshots are waited for, and the rank leaves with the others (the leave
+                ///< agreement), each bounded by OOMFLIGHT_DUMP_TIMEOUT and cut short when a rank is gone
+    requested,  ///< oomflight_shutdown, the exit status unknown: as `normal`, unless this rank asked for an OOM
+                ///< dump (its job is ending on that error, and its peers may be stuck in the job's collectives)
+    error,      ///< a non-zero status, an uncaught exception, a signal: nothing is waited for; the other ranks are
+                ///< told this one left (LEFT), so that none of them waits for it
+  };
+
   /// Stops the watcher thread and frees the communicator (no collective: safe when other ranks are gone).
-  /// Idempotent; the destructor calls it. Does not finalise MPI. Returns false when the watcher was stuck in a
-  /// dump's MPI call past 3 x OOMFLIGHT_DUMP_TIMEOUT and was left behind: then MPI must not be finalised (it
-  /// would wait for the stuck call) and the session should not be destroyed (the watcher still reads it; the
-  /// destructor keeps the protocol's parts alive, but not the recorder or the configuration).
-  /// `normal_end` (oomflight_shutdown): the running batch ends, a snapshot window it completes is written, and
-  /// queued snapshots are waited for up to OOMFLIGHT_DUMP_TIMEOUT. The destructor (a process exiting on an error)
-  /// passes false: nothing is waited for.
-  bool shutdown(bool normal_end = true);
+  /// Idempotent (the first call decides how); the destructor calls it with End::error. Does not finalise MPI.
+  /// Returns false when the watcher was stuck in a dump's MPI call past 3 x OOMFLIGHT_DUMP_TIMEOUT and was left
+  /// behind: then MPI must not be finalised (it would wait for the stuck call) and the session should not be
+  /// destroyed (the watcher still reads it; the destructor keeps the protocol's parts alive, but not the recorder
+  /// or the configuration).
+  bool shutdown(End how = End::requested);
+
+  /// After shutdown(): whether a rank of this node ended without a word (its process is gone with no LEFT
+  /// message: killed, os._exit, a crash), now or before. MPI_Finalize may then wait for it for good (Open MPI's
+  /// finalize fence did, in 1 run of 3 here). Makes no MPI call (it may run while another thread is inside
+  /// MPI_Finalize). One caller at a time.
+  bool peer_vanished();
 
   const RankIdentity& identity() const { return identity_; }
   const Config& config() const { return config_; }
