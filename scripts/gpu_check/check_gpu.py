@@ -9,8 +9,13 @@ extension was built against the machine's torch. Each check prints one line and 
   ranks    examples/pytorch/train.py under mpirun -np 4 on the one GPU (gloo), rank 2 capped: one archive of 4
            ranks, origin 2, whose origin state rows equal rank 2's own snapshot at the error
   steps    the example's median step time, one process, without and with `oomflight run`
+  lightning_oom  a Lightning Trainer.fit with OomflightCallback on 2 ranks under mpirun, rank 1 capped until a
+           real cudaMalloc failure that nothing catches, 10 runs (alternately the callback alone and under
+           `oomflight run`): exit status 1 every time (never a signal), one archive of both ranks naming rank 1,
+           and the job over within 20 s of the failure (issue 29: a SIGSEGV after torch's traceback in 2 of 3 runs,
+           and 45 s of the survivor's leave agreement)
 
-Usage: check_gpu.py OUT [CHECK...]   (all four by default)"""
+Usage: check_gpu.py OUT [CHECK...]   (all by default)"""
 import glob
 import json
 import os
@@ -237,7 +242,79 @@ def check_steps(out: Path) -> dict:
     return {"ok": ok, "median_step_ms": times}
 
 
-CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps}
+LIGHTNING_OOM = """
+import os, sys, time
+from pathlib import Path
+import torch, pytorch_lightning as pl
+from pytorch_lightning.plugins.environments import LightningEnvironment
+from torch.utils.data import DataLoader, TensorDataset
+from oomflight.integrations.lightning import OomflightCallback
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])  # two independent trainers (no mpi4py detection), one GPU
+
+class Grows(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(64, 64)
+        self.kept = []
+    def training_step(self, batch, batch_idx):
+        if rank == 1 and batch_idx == 3:
+            torch.cuda.set_per_process_memory_fraction(0.02)
+            Path("failing.1").write_text(repr(time.time()))
+            while True:  # a real cudaMalloc failure, uncaught: torch.OutOfMemoryError ends the rank
+                self.kept.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+data = DataLoader(TensorDataset(torch.randn(64, 64), torch.randn(64, 64)), batch_size=8)
+trainer = pl.Trainer(max_epochs=1, accelerator="gpu", devices=1, enable_checkpointing=False, logger=False,
+                     enable_progress_bar=False, enable_model_summary=False, plugins=[LightningEnvironment()],
+                     callbacks=[OomflightCallback(folder="out", run_name="lightning-oom")])
+trainer.fit(Grows(), data)
+"""
+
+
+def check_lightning_oom(out: Path, runs: int = 10) -> dict:
+    lightning = ROOT / "gpu-check" / "python"
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=f"{lightning}:{os.environ.get('PYTHONPATH', '')}".rstrip(":"))
+    results = []
+    for i in range(runs):
+        work = Path(tempfile.mkdtemp(prefix=f"oomflight-lightning-{i}-"))
+        (work / "train.py").write_text(LIGHTNING_OOM)
+        under_run = i % 2 == 1
+        rank = (["oomflight", "run", "--"] if under_run else []) + [sys.executable, "train.py"]
+        start = time.time()
+        r = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", *rank], cwd=work, env=env, capture_output=True,
+                           text=True, timeout=600)
+        ended = time.time()
+        log = r.stdout + r.stderr
+        failing = work / "failing.1"
+        # The callback's folder, or `oomflight run`'s default ({run_name}/oomflight: its import hook starts oomflight
+        # before the callback's setup).
+        archives = sorted(str(p) for p in work.rglob("*.h5"))
+        summary = in_child("archive_summary", archives[0]) if len(archives) == 1 else {}
+        result = {"run": i, "under_oomflight_run": under_run, "rc": r.returncode,
+                  "seconds_after_failure": round(ended - float(failing.read_text()), 1) if failing.exists() else None,
+                  "archives": [Path(a).name for a in archives], "origins": summary.get("origins"),
+                  "ranks": summary.get("ranks"),
+                  "crash": any(w in log for w in ("Segmentation fault", "signal 11", "core dumped", "Aborted")),
+                  "waited": "within OOMFLIGHT_DUMP_TIMEOUT" in log}
+        result["ok"] = (r.returncode == 1 and not result["crash"] and not result["waited"] and
+                        result["origins"] == [1] and result["ranks"] == [0, 1] and
+                        result["seconds_after_failure"] is not None and result["seconds_after_failure"] < 20)
+        if not result["ok"]:
+            result["log_tail"] = log[-3000:]
+        results.append(result)
+        print(f"lightning_oom run {i}: rc {r.returncode}, {result['seconds_after_failure']} s after the failure, "
+              f"{'ok' if result['ok'] else 'FAILED'}", flush=True)
+    return {"ok": all(x["ok"] for x in results), "exit_codes": [x["rc"] for x in results], "runs": results}
+
+
+CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps,
+          "lightning_oom": check_lightning_oom}
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
 # here and it was carried there (device run with carry ["gpu-check"]):
 #   scripts/gpu_check/run.sh OUT [CHECK...]   (check_gpu.py's names; all by default)
 # In order: build the extension against that machine's torch (pip install --no-build-isolation, into a private
-# folder), python -m oomflight.torch --check, then check_gpu.py's four checks. Writes OUT/summary.json, the
+# folder), python -m oomflight.torch --check, then check_gpu.py's checks. Writes OUT/summary.json, the
 # check's logs and the example's real snapshots (OUT/snapshots: one normal step, the capped rank's OOM).
 set -uo pipefail
 out=${1:?usage: run.sh OUT}

@@ -393,6 +393,31 @@ TEST(MpiDriver, ASignalDumpIsOneArchiveAndTheJobGoesOn) {
   }
 }
 
+// A job that owns MPI and finalises it without oomflight_shutdown (a C program's last line, mpi4py at interpreter
+// exit): MPI_Finalize runs MPI_COMM_SELF's attribute callbacks first, and oomflight's ends the session there, with
+// MPI still whole, so that no MPI call of oomflight's follows MPI_Finalize. Rank 2 asks for a signal dump just
+// before: its dump is every rank's, and every rank ends 0 with no session left (the second end is refused).
+TEST(MpiDriver, TheJobsOwnMpiFinalizeEndsTheSessionFirst) {
+  TempDir dir;
+  const auto r = run_command(fmt::format("{} -x OOMFLIGHT_RUN_NAME=owned -x TEST_DRIVER_NO_SHUTDOWN=1 {} 20 2 -1 signal",
+                                         test::mpirun(4), OOMFLIGHT_DRIVER),
+                             dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.output.find(fmt::format("rank {}: after MPI_Finalize, oomflight_shutdown gives {}", rank,
+                                        OOMFLIGHT_ESTATE)),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(r.output.find("MPI_FINALIZE"), std::string::npos) << r.output;  // "called after MPI_FINALIZE"
+  EXPECT_EQ(r.output.find("within OOMFLIGHT_DUMP_TIMEOUT"), std::string::npos) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.kind, "signal");
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2, 3}));
+}
+
 // OOMFLIGHT_ARCHIVE_STRIPES: the root creates the archive through MPI-IO with the striping hints before HDF5 lays
 // it out (a local file system ignores them; Lustre would spread the file over 3 OSTs): the archive is whole.
 TEST(MpiDriver, AnArchiveAskedToBeStripedIsCreatedWithTheHintsAndIsWhole) {

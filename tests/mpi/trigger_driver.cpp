@@ -16,7 +16,8 @@
 // by the first origin's exit); each origin prints its dump's path. SHUTDOWN_MS (KIND oom; absent: off): the
 // non-origins end normally instead of blocking, calling oomflight_shutdown() that many milliseconds after the
 // barrier (negative: the origins ask that many milliseconds after it instead), then MPI_Finalize: a dump that
-// races the others' normal end.
+// races the others' normal end. With TEST_DRIVER_NO_SHUTDOWN=1 in its environment, a rank that ends normally never
+// calls oomflight_shutdown(): its own MPI_Finalize ends the session (MPI_COMM_SELF's attribute callback).
 #include <mpi.h>
 #include <oomflight/oomflight.h>
 
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   const int late_ms = argc > 6 ? std::atoi(argv[6]) : 0;
   const bool shutdown_race = argc > 7;
   const int shutdown_ms = shutdown_race ? std::atoi(argv[7]) : 0;
+  const char* no_shutdown_variable = std::getenv("TEST_DRIVER_NO_SHUTDOWN");
+  const bool no_shutdown = no_shutdown_variable != nullptr && std::strcmp(no_shutdown_variable, "1") == 0;
   int provided = 0;
   // the application owns MPI
   MPI_Init_thread(&argc, &argv, single ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE, &provided);
@@ -88,7 +91,7 @@ int main(int argc, char** argv) {
   if (rank == stall) raise(SIGSTOP);
   if (shutdown_race && !origin) {
     if (shutdown_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(shutdown_ms));
-    const int rc = oomflight_shutdown();
+    const int rc = no_shutdown ? 0 : oomflight_shutdown();
     std::printf("rank %d: shut down rc %d\n", rank, rc);
     std::fflush(stdout);
     MPI_Finalize();
@@ -117,7 +120,12 @@ int main(int argc, char** argv) {
   }
   if (oom && !origins.empty()) MPI_Barrier(MPI_COMM_WORLD);  // never completes (unless LATE_MS): an origin failed
   MPI_Barrier(MPI_COMM_WORLD);
-  oomflight_shutdown();
+  if (!no_shutdown) oomflight_shutdown();
   MPI_Finalize();
+  if (no_shutdown) {
+    // The session ended inside MPI_Finalize: nothing is left to end.
+    std::printf("rank %d: after MPI_Finalize, oomflight_shutdown gives %d\n", rank, oomflight_shutdown());
+    std::fflush(stdout);
+  }
   return origin && oom ? 1 : 0;
 }

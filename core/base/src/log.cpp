@@ -23,8 +23,10 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
 }  // namespace
 
 spdlog::logger& log() {
-  static const auto logger = [] {
-    auto l = std::make_shared<spdlog::logger>("oomflight", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  // Never destroyed (a heap object, not a static one): the watcher, an exit handler or a plugin's callback may log
+  // while the process's static destructors run, and a destroyed logger crashed a job's exit (issue 29).
+  static spdlog::logger* const logger = [] {
+    auto* l = new spdlog::logger("oomflight", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     l->set_pattern("oomflight %l: %v");
     l->flush_on(spdlog::level::trace);
     return l;

@@ -88,7 +88,8 @@ std::mutex g_resolver_mutex;
 oomflight_stack_resolver g_resolver = nullptr;
 void* g_resolver_user = nullptr;
 std::mutex g_dump_mutex;
-std::string g_last_dump_path;  // guarded by g_dump_mutex
+// Guarded by g_dump_mutex. Never destroyed: a dump may return on another thread while static destructors run.
+std::string& g_last_dump_path = *new std::string;
 thread_local std::string t_last_error;
 thread_local std::string t_last_dump_path;
 

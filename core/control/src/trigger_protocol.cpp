@@ -118,11 +118,13 @@ NodePeers exchange_node_peers(MPI_Comm comm, int rank, const DoorbellAddress& mi
 
 // Messages must outlive their MPI_Isend; they are tiny and rare, so they are kept for the process. A requesting
 // thread and the watcher both send: the storage is taken under its own lock.
+// Never destroyed (allocated once, not a static object): a send may still be in MPI's queue, or a watcher left
+// behind may still send, while the process's static destructors run.
 std::array<std::int64_t, 3>& new_outgoing_message() {
-  static std::mutex mutex;
-  static std::deque<std::array<std::int64_t, 3>> messages;
-  std::lock_guard lock(mutex);
-  return messages.emplace_back();
+  static auto* mutex = new std::mutex;
+  static auto* messages = new std::deque<std::array<std::int64_t, 3>>;
+  std::lock_guard lock(*mutex);
+  return messages->emplace_back();
 }
 
 }  // namespace
