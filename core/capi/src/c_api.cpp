@@ -177,20 +177,21 @@ int end_session(oomflight::Session::End how, const char* function) noexcept {
   }
 }
 
-// Whether a rank of this node ended without a word, as any session of this process saw it (no MPI call).
-bool a_peer_vanished() {
+// Whether a rank is known to end without MPI_Finalize, as any session of this process saw it (no MPI call).
+bool a_peer_never_finalises() {
   for (oomflight::Session* s : all_sessions()) {
-    if (s->peer_vanished()) return true;
+    if (s->peer_never_finalises()) return true;
   }
   return false;
 }
 
 // MPI_Finalize of the MPI that oomflight_init started, at a successful exit. It waits for every rank to finalise,
-// and a rank of this node whose process ended without a word (killed, os._exit, a crash) may keep it waiting for
-// good: Open MPI 4.1's finalize fence did in 1 run of 3 here, while the launcher kept the job (issue 29: a survivor
-// exited 113 s after its last step). A watchdog then ends the process with its own status, stdio flushed, 1 s
-// after it sees such an end. mpirun reports the missing finalize, but the job has failed already: that rank never
-// finalised either. Across nodes no end is seen, and the wait is MPI's own.
+// and a rank that never will (its process ended without a word: killed, os._exit, a crash; or it said it leaves on
+// an error) may keep it waiting for good: Open MPI 4.1's finalize fence did in 1 run of 3 here after a peer's
+// _exit, while the launcher kept the job (issue 29: a survivor exited 113 s after its last step). A watchdog then
+// ends the process with its own status, stdio flushed, 1 s after it learns of such a rank (a finalize takes
+// milliseconds). mpirun may report the missing finalize, but the job has failed already: that rank never finalised
+// either. A rank on another node that ends without a word is not seen, and the wait is MPI's own.
 void finalise_mpi_at_exit(int status) {
   std::mutex mutex;
   std::condition_variable finished;
@@ -199,10 +200,11 @@ void finalise_mpi_at_exit(int status) {
     std::unique_lock lock(mutex);
     std::optional<std::chrono::steady_clock::time_point> give_up;
     while (!done) {
-      if (!give_up && a_peer_vanished()) give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (!give_up && a_peer_never_finalises()) give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       if (give_up && std::chrono::steady_clock::now() >= *give_up) {
-        oomflight::log().warn("MPI_Finalize did not return within 1 s of a rank of this node ending without a "
-                              "word; ending the process with its own status {} without it", status);
+        oomflight::log().warn("MPI_Finalize did not return within 1 s of learning that a rank never finalises "
+                              "(it ended without a word, or on an error); ending the process with its own status {} "
+                              "without it", status);
         std::fflush(nullptr);
         std::_Exit(status);
       }
@@ -276,6 +278,9 @@ int dump(oomflight::Session& session, const oomflight::DumpRequest& request, oom
 // oomflight_init and oomflight_init_settings: `count` explicit settings (OOMFLIGHT_* names) override the
 // environment; both go through the one option table, so a keyword argument and a variable fail alike.
 int init_session(const char* const* names, const char* const* values, size_t count, const char* function) noexcept {
+  // One start or end at a time (a second init racing this one, an exit handler): the lock cannot throw here, a
+  // std::mutex's lock fails only on a deadlock, which ordering by this one lock rules out.
+  const std::lock_guard lifecycle(lifecycle_mutex());
   if (live_session() != nullptr) return failf(OOMFLIGHT_ESTATE, "{}: already initialised", function);
   if (count > 0 && (names == nullptr || values == nullptr)) {
     return failf(OOMFLIGHT_EINVAL, "{}: names or values is NULL", function);
@@ -319,7 +324,6 @@ int init_session(const char* const* names, const char* const* values, size_t cou
       return fail(OOMFLIGHT_ECONFIG, config_error);
     }
     entries = config->max_entries;
-    const std::lock_guard lifecycle(lifecycle_mutex());
     all_sessions().reserve(all_sessions().size() + 1);  // the push below cannot fail once the session exists
     oomflight::Session* session = nullptr;
     try {

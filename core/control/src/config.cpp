@@ -248,7 +248,8 @@ std::vector<OptionSpec> make_table() {
       {"OOMFLIGHT_DUMP_ON_EXIT", "bool", "0",
        "On SIGTERM (a scheduler or watchdog tearing the job down), write every rank's history into one archive of "
        "kind exit, then end the process as SIGTERM would. Only where SIGTERM is at its default action; the dump is "
-       "bounded by OOMFLIGHT_DUMP_TIMEOUT, and a sender's grace period shorter than the dump cuts it short.",
+       "bounded by OOMFLIGHT_DUMP_TIMEOUT, and a sender's grace period shorter than the dump cuts it short. One "
+       "dump per ending: a SIGTERM after an exit dump (a launcher's teardown) ends the process at once.",
        [](Config& c, std::string_view v) { c.dump_on_exit = parse_bool(v); }},
       {"OOMFLIGHT_LIBRARY", "path", "",
        "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: beside the "

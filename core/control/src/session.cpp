@@ -121,7 +121,7 @@ bool Session::shutdown(End how) {
   return protocol_ ? protocol_->shutdown(normal_end) : true;
 }
 
-bool Session::peer_vanished() { return protocol_ && protocol_->peer_vanished(); }
+bool Session::peer_never_finalises() { return protocol_ && protocol_->peer_never_finalises(); }
 
 void Session::mark_batch(std::int64_t batch) {
   std::lock_guard lock(batch_mutex_);

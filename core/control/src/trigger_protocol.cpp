@@ -212,12 +212,12 @@ bool TriggerProtocol::shutdown(bool leave_together) {
   return true;
 }
 
-bool TriggerProtocol::peer_vanished() {
+bool TriggerProtocol::peer_never_finalises() {
   {
     std::lock_guard lock(mutex_);
     if (!watcher_exited_) return false;  // the agreement is the watcher's until it stops
   }
-  return leave_->peer_process_ended();
+  return leave_->peer_process_ended() || leave_->any_left_on_error();
 }
 
 DumpResult TriggerProtocol::request(const DumpRequest& request) {

@@ -62,9 +62,10 @@ class TriggerProtocol {
   /// its communicator and everything it refers to must then stay alive until the process exits.
   bool shutdown(bool leave_together);
 
-  /// After shutdown() (the watcher stopped): whether a rank of this node ended without a word, before or now
-  /// (LeaveAgreement::vanished, with the node's processes looked at again). No MPI call. One caller at a time.
-  bool peer_vanished();
+  /// After shutdown() (the watcher stopped): whether a rank is known to end without MPI_Finalize: it said it leaves
+  /// on an error, or its process on this node ended without a word, before or now (the node's processes are looked
+  /// at again). No MPI call. One caller at a time.
+  bool peer_never_finalises();
 
  private:
   struct Pending {

@@ -77,11 +77,11 @@ class Session {
   /// or the configuration).
   bool shutdown(End how = End::requested);
 
-  /// After shutdown(): whether a rank of this node ended without a word (its process is gone with no LEFT
-  /// message: killed, os._exit, a crash), now or before. MPI_Finalize may then wait for it for good (Open MPI's
-  /// finalize fence did, in 1 run of 3 here). Makes no MPI call (it may run while another thread is inside
-  /// MPI_Finalize). One caller at a time.
-  bool peer_vanished();
+  /// After shutdown(): whether a rank is known to end without MPI_Finalize, now or before: its LEFT message said it
+  /// leaves on an error, or (on this node) its process ended with no LEFT message (killed, os._exit, a crash).
+  /// MPI_Finalize may then wait for it for good (Open MPI's finalize fence did, in 1 run of 3 here). Makes no MPI
+  /// call (it may run while another thread is inside MPI_Finalize). One caller at a time.
+  bool peer_never_finalises();
 
   const RankIdentity& identity() const { return identity_; }
   const Config& config() const { return config_; }
