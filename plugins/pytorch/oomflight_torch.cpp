@@ -815,11 +815,22 @@ std::map<std::string, std::uint64_t> run() {
 
 }  // namespace
 
+// Stops the reclaimer before Python's finalisation (oomflight.torch registers it with Python's atexit once the hooks
+// are attached). Dropping a context may take the GIL (torch's CapturedTraceback releases its Python frames under
+// it), which no thread can have while the interpreter finalises: Python 3.12 ends such a thread, 3.14 blocks it for
+// good, and the C atexit's join (start_stacks) would then wait for ever. The GIL is released while this waits, so
+// that a drop in progress finishes. Idempotent; the C atexit's stop finds it stopped.
+void stop_reclaimer() {
+  if (g_plugin != nullptr && g_plugin->reclaimer) g_plugin->reclaimer->stop();
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "oomflight's CUDA caching-allocator hooks (see oomflight.torch)";
   m.def("attach", &attach, pybind11::arg("addresses"), pybind11::arg("seeds"), pybind11::arg("to_allocator"),
         pybind11::arg("devices"),
         "Build the trace tracker and the OOM observer (once) and, with to_allocator, attach them; '' or why not");
+  m.def("stop_reclaimer", &stop_reclaimer, pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "Stop the context reclaimer's thread (at Python's exit, before the interpreter finalises); idempotent");
   m.def("counters", &counters, "Entries forwarded, unmapped actions, ring drops, observer dumps, attached, devices");
   m.def("build_info", &build_info, "The torch version this extension was compiled against, and its hooks");
   m.def("_feed", &feed, "Test: torch TraceEntry objects built here, through the attached trace callback");

@@ -105,6 +105,11 @@ def _attach() -> None:
                 raise _extension.PluginError(why)
             _state["attached"] = True
             _state["module"] = module
+            if hasattr(module, "stop_reclaimer"):  # an extension built before 0.2.1 has none
+                import atexit
+
+                # Before the interpreter finalises: its thread may take the GIL to drop a context.
+                atexit.register(module.stop_reclaimer)
             if _state.get("stacks"):
                 # Contexts for allocations and frees, Python frames only (cheap to gather); torch's own trace
                 # buffer kept to one entry: oomflight's ring is the history.
