@@ -197,10 +197,11 @@ def log(level: str, message: str) -> None:
 
 
 def shutdown() -> None:
-    """Ends the session as a normal end: the watcher keeps answering the other ranks' dumps until every rank has
-    ended its session (or one left without them, or OOMFLIGHT_DUMP_TIMEOUT), then stops. Not needed at exit: the
-    library ends the session by itself as the exit status says, and finalises the MPI that init() started at a
-    successful exit. Raises StateError when not initialised."""
+    """Ends the session as a normal end (oomflight_shutdown): the watcher keeps answering the other ranks' dumps
+    until every rank has ended its session (or one left without them, or OOMFLIGHT_DUMP_TIMEOUT), then stops; after
+    this rank's own OOM dump it does not wait. Not needed at exit: the library ends the session by itself as the
+    exit status says, and finalises the MPI that init() started at a successful exit. Raises StateError when not
+    initialised."""
     global _initialized, _started_by
     with _state_lock:
         _initialized = False
@@ -210,9 +211,12 @@ def shutdown() -> None:
 
 def _end(exit_status: int) -> None:
     """Ends the session as a process exiting with `exit_status` would (oomflight_end): non-zero leaves at once,
-    telling every other rank, waiting for none."""
+    telling every other rank, waiting for none. A session that something else ended already (the job's own
+    MPI_Finalize) is no error here."""
     global _initialized, _started_by
     with _state_lock:
         _initialized = False
         _started_by = ""
-        _capi.check(_capi.library().oomflight_end(exit_status))
+        code = _capi.library().oomflight_end(exit_status)
+        if code != -2:  # OOMFLIGHT_ESTATE: ended already
+            _capi.check(code)

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include "oomflight/format/archive_merge.hpp"
+#include <sys/wait.h>
 #include <unistd.h>
 #include <iterator>
 #include <map>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "oomflight/format/archive_reader.hpp"
 #include "oomflight/oomflight.h"
@@ -54,6 +56,45 @@ class CApi : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_.path() / name).string(); }
   test::TempDir dir_;
 };
+
+// A fork's child is not a rank: the session it inherits has no watcher there. Its calls find no session, its exit
+// (status 0: the leave agreement and MPI_Finalize of a rank) ends nothing, and the parent's session goes on.
+TEST_F(CApi, AForkedChildHasNoSessionAndItsExitEndsNothing) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK);
+  ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000, 512, 0, -1), OOMFLIGHT_OK);
+  const pid_t child = fork();
+  if (child == 0) {
+    const int rank = oomflight_rank(nullptr, nullptr);
+    const int record = oomflight_record(OOMFLIGHT_ALLOC, 0, 0x2000, 512, 0, -1);
+    std::exit(rank == OOMFLIGHT_ESTATE && record == OOMFLIGHT_ESTATE ? 0 : 3);
+  }
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  int rank = -1;
+  EXPECT_EQ(oomflight_rank(&rank, nullptr), OOMFLIGHT_OK) << "the parent's session goes on";
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x3000, 512, 0, -1), OOMFLIGHT_OK);
+  EXPECT_EQ(oomflight_shutdown(), OOMFLIGHT_OK);
+}
+
+// oomflight_last_error() is a buffer that no exit handler can find destroyed; a message longer than it is cut,
+// and says so.
+TEST_F(CApi, AnErrorLongerThanTheBufferIsCutAndSaysSo) {
+  const std::string key(10000, 'k');
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK);
+  std::vector<const char*> names = {key.c_str()};
+  std::vector<const char*> values = {"1"};
+  EXPECT_EQ(oomflight_init_settings(names.data(), values.data(), 1), OOMFLIGHT_ESTATE);  // already initialised
+  EXPECT_EQ(oomflight_set_metadata("", "x"), OOMFLIGHT_EINVAL);
+  const std::string error = last_error();
+  EXPECT_EQ(error, "oomflight_set_metadata: key is NULL or empty, or value is NULL");
+  ASSERT_EQ(oomflight_shutdown(), OOMFLIGHT_OK);
+  EXPECT_EQ(oomflight_init_settings(names.data(), values.data(), 1), OOMFLIGHT_ECONFIG);  // an unknown name
+  const std::string cut = last_error();
+  EXPECT_EQ(cut.size(), 4095u);
+  EXPECT_EQ(cut.substr(cut.size() - 3), "...");
+  EXPECT_NE(cut.find("kkkk"), std::string::npos) << cut.substr(0, 200);
+}
 
 TEST_F(CApi, ABadSettingIsEconfigNamingTheVariable) {
   setenv("OOMFLIGHT_MAX_ENTRIES", "lots", 1);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <memory>
@@ -90,16 +91,24 @@ void* g_resolver_user = nullptr;
 std::mutex g_dump_mutex;
 // Guarded by g_dump_mutex. Never destroyed: a dump may return on another thread while static destructors run.
 std::string& g_last_dump_path = *new std::string;
-thread_local std::string t_last_error;
-thread_local std::string t_last_dump_path;
+// This thread's last message, in a buffer that is never destroyed: glibc destroys the exiting thread's thread_local
+// objects before it runs the exit handlers, and a std::string assigned by an exit handler's error was freed twice
+// (SIGABRT instead of the job's status). A longer message is cut at the buffer's end, marked "...".
+constexpr std::size_t kLastErrorBytes = 4096;
+thread_local char t_last_error[kLastErrorBytes] = {};
+// This thread's copy of the last dump's path: a string allocated once per thread that asks, never destroyed (a path
+// must not be cut short), for the same reason.
+thread_local std::string* t_last_dump_path = nullptr;
 
-// Stores this thread's message and returns `code`. noexcept: when even the message cannot be stored (no host
-// memory), the code alone still reaches the caller and oomflight_last_error() says that much.
+// Stores this thread's message and returns `code`. Never allocates, never throws.
 int fail(int code, std::string_view message) noexcept {
-  try {
-    t_last_error.assign(message);
-  } catch (...) {
-    t_last_error.clear();  // never throws; "" then means "no memory for the message"
+  const std::size_t room = kLastErrorBytes - 1;
+  if (message.size() <= room) {
+    std::memcpy(t_last_error, message.data(), message.size());
+    t_last_error[message.size()] = '\0';
+  } else {
+    std::memcpy(t_last_error, message.data(), room - 3);
+    std::memcpy(t_last_error + room - 3, "...", 4);
   }
   return code;
 }
@@ -156,18 +165,18 @@ std::vector<oomflight::Session*>& all_sessions() {
 }
 bool g_we_initialised_mpi = false;     // oomflight_init started MPI: it is finalised at a successful exit
 std::atomic<bool> g_watcher_left_behind{false};  // a watcher stuck in an MPI call: MPI must never be finalised
+pid_t g_process = 0;                   // the process that made the sessions (0: none yet); a fork's child is not it
 
-// Ends the live session as `how` says (Session::End); the pointer is unpublished first, so that no caller finds a
-// session that is ending. noexcept: called from exit handlers and MPI's finalize callback.
-int end_session(oomflight::Session::End how, const char* function) noexcept {
+// Ends the live session as `how` says (Session::End), lifecycle_mutex() held; the pointer is unpublished first, so
+// that no caller finds a session that is ending. noexcept: called from exit handlers and MPI's finalize callback.
+int end_session_locked(oomflight::Session::End how, const char* function) noexcept {
   try {
-    const std::lock_guard lock(lifecycle_mutex());
     oomflight::Session* s = g_session.exchange(nullptr, std::memory_order_acq_rel);
     if (s == nullptr) return not_initialised(function);
     if (!s->shutdown(how)) {
       g_watcher_left_behind = true;  // MPI_Finalize would wait for the stuck call
-      return failf(OOMFLIGHT_EDUMP, "{}: a dump was stuck in an MPI call and was left behind; MPI will not be "
-                                    "finalised (the rank-local files hold the histories)", function);
+      return failf(OOMFLIGHT_EDUMP, "{}: a dump was stuck in an MPI call and was left behind (the rank-local files "
+                                    "hold the histories); oomflight will not finalise MPI", function);
     }
     return OOMFLIGHT_OK;
   } catch (const std::exception& e) {
@@ -175,6 +184,11 @@ int end_session(oomflight::Session::End how, const char* function) noexcept {
   } catch (...) {
     return failf(OOMFLIGHT_EINTERNAL, "{}: unknown exception", function);
   }
+}
+
+int end_session(oomflight::Session::End how, const char* function) noexcept {
+  const std::lock_guard lock(lifecycle_mutex());  // std::mutex::lock throws only on a deadlock, ruled out here
+  return end_session_locked(how, function);
 }
 
 // Whether a rank is known to end without MPI_Finalize, as any session of this process saw it (no MPI call).
@@ -186,12 +200,13 @@ bool a_peer_never_finalises() {
 }
 
 // MPI_Finalize of the MPI that oomflight_init started, at a successful exit. It waits for every rank to finalise,
-// and a rank that never will (its process ended without a word: killed, os._exit, a crash; or it said it leaves on
-// an error) may keep it waiting for good: Open MPI 4.1's finalize fence did in 1 run of 3 here after a peer's
-// _exit, while the launcher kept the job (issue 29: a survivor exited 113 s after its last step). A watchdog then
-// ends the process with its own status, stdio flushed, 1 s after it learns of such a rank (a finalize takes
-// milliseconds). mpirun may report the missing finalize, but the job has failed already: that rank never finalised
-// either. A rank on another node that ends without a word is not seen, and the wait is MPI's own.
+// and a rank that never will (its process ended without a word before the ranks agreed to leave: killed, os._exit,
+// a crash; or it said it leaves on an error) may keep it waiting for good: Open MPI 4.1's finalize fence did in 1
+// run of 3 here after a peer's _exit, while the launcher kept the job (issue 29: a survivor exited 113 s after its
+// last step). A watchdog then ends the process with its own status, stdio flushed, 1 s after it learns of such a
+// rank (a finalize takes milliseconds). mpirun may report the missing finalize, but the job has failed already:
+// that rank never finalised either. A rank on another node that ends without a word is not seen, and the wait is
+// MPI's own.
 void finalise_mpi_at_exit(int status) {
   std::mutex mutex;
   std::condition_variable finished;
@@ -223,25 +238,45 @@ void finalise_mpi_at_exit(int status) {
 // glibc's on_exit, unlike atexit, is told the exit status: a successful exit ends the session as a normal end
 // (the leave agreement) and finalises the MPI that oomflight started (without it mpirun fails the job: "exited
 // improperly"); any other status leaves at once (LEFT to every rank, no wait, no MPI_Finalize, which could wait
-// for ranks that are still running). It runs after Python's finalisation, whatever language the job is in.
+// for ranks that are still running). It runs after Python's finalisation, whatever language the job is in. An end
+// under way on another thread (an explicit shutdown racing the exit) is waited for, under the lifecycle lock, and
+// MPI is finalised only after it, with the lock released (MPI_Finalize's own callback takes it). A forked child
+// inherits the handler, not the session: it does nothing.
 void end_at_exit(int status, void*) {
-  if (live_session() != nullptr) {
-    end_session(status == 0 ? oomflight::Session::End::normal : oomflight::Session::End::error, "exit");
+  if (::getpid() != g_process) return;
+  {
+    const std::lock_guard lock(lifecycle_mutex());
+    if (live_session() != nullptr) {
+      end_session_locked(status == 0 ? oomflight::Session::End::normal : oomflight::Session::End::error, "exit");
+    }
   }
   if (status == 0 && g_we_initialised_mpi && !g_watcher_left_behind) finalise_mpi_at_exit(status);
 }
 
 // MPI_Finalize called by the job itself (mpi4py at interpreter exit, a C program's last line) while the session is
 // live: the standard runs MPI_COMM_SELF's attribute delete callbacks first, with MPI still whole (MPI-4.1 §11.2.4),
-// so the session ends there, as a requested end, before the MPI it uses goes.
+// so the session ends there, as a requested end, before the MPI it uses goes (an end under way on another thread
+// is waited for). Open MPI runs it without a lock of its own that oomflight's watcher would need; an MPI that holds
+// one here would make the watcher's MPI calls wait until the leave agreement's deadline (not seen: only Open MPI is
+// tested).
 int end_at_mpi_finalize(MPI_Comm, int, void*, void*) {
-  if (live_session() != nullptr) end_session(oomflight::Session::End::requested, "MPI_Finalize");
+  if (::getpid() != g_process) return MPI_SUCCESS;
+  const std::lock_guard lock(lifecycle_mutex());
+  if (live_session() != nullptr) end_session_locked(oomflight::Session::End::requested, "MPI_Finalize");
   return MPI_SUCCESS;
 }
 
+// A fork's child is not a rank: the session it inherited has no watcher there, and its MPI is its parent's. Its
+// calls find no session (OOMFLIGHT_ESTATE) and its exit does nothing (end_at_exit).
+void forget_session_in_child() { g_session.store(nullptr, std::memory_order_relaxed); }
+
+// The exit handler, the fork handler and (with MPI) MPI_Finalize's callback, once per process; called under the
+// lifecycle lock as soon as there is something to end: MPI that oomflight started, or a session.
 void end_at_exit_once(bool with_mpi) {
-  static bool at_exit = false, at_finalize = false;
+  static bool at_exit = false, at_fork = false, at_finalize = false;
+  if (g_process == 0) g_process = ::getpid();
   if (!at_exit) at_exit = on_exit(&end_at_exit, nullptr) == 0;
+  if (!at_fork) at_fork = pthread_atfork(nullptr, nullptr, &forget_session_in_child) == 0;
   if (with_mpi && !at_finalize) {
     int keyval = MPI_KEYVAL_INVALID;
     at_finalize = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &end_at_mpi_finalize, &keyval, nullptr) ==
@@ -311,8 +346,14 @@ int init_session(const char* const* names, const char* const* values, size_t cou
     MPI_Comm world = MPI_COMM_NULL;
     if (oomflight::launched_by_mpi()) {
       try {
-        // Only ever set, never cleared here: a retry after a failed init must still finalise what we started.
-        if (oomflight::initialise_mpi_if_needed()) g_we_initialised_mpi = true;
+        // Only ever set, never cleared here: a retry after a failed init must still finalise what we started, and
+        // so must the exit of a job whose init fails past this point (mpirun fails a rank that exits 0 without it).
+        const bool here = oomflight::initialise_mpi_if_needed();
+        if (here) {
+          g_we_initialised_mpi = true;
+          end_at_exit_once(true);
+        }
+        oomflight::require_thread_multiple(here);
       } catch (const std::exception& e) {
         return failf(OOMFLIGHT_EMPI, "{}: {}", function, e.what());
       }
@@ -325,6 +366,8 @@ int init_session(const char* const* names, const char* const* values, size_t cou
     }
     entries = config->max_entries;
     all_sessions().reserve(all_sessions().size() + 1);  // the push below cannot fail once the session exists
+    // Ended sessions stay (callbacks may still be inside them) but need not watch the node's processes any more.
+    for (oomflight::Session* ended : all_sessions()) ended->stop_watching_peers();
     oomflight::Session* session = nullptr;
     try {
       session = new oomflight::Session(std::move(*config), world);
@@ -668,16 +711,18 @@ int oomflight_end(int exit_status) {
                      "oomflight_end");
 }
 
-const char* oomflight_last_error(void) { return t_last_error.c_str(); }
+const char* oomflight_last_error(void) { return t_last_error; }
 
 const char* oomflight_last_dump_path(void) {
   try {
+    if (t_last_dump_path == nullptr) t_last_dump_path = new std::string;
     std::lock_guard lock(g_dump_mutex);
-    t_last_dump_path = g_last_dump_path;
+    *t_last_dump_path = g_last_dump_path;
   } catch (...) {
-    t_last_dump_path.clear();  // out of memory for the copy: say nothing rather than something stale
+    if (t_last_dump_path == nullptr) return "";
+    t_last_dump_path->clear();  // out of memory for the copy: say nothing rather than something stale
   }
-  return t_last_dump_path.c_str();
+  return t_last_dump_path->c_str();
 }
 
 }  // extern "C"

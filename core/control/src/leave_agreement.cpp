@@ -54,7 +54,7 @@ bool LeaveAgreement::receive_left_messages() {
 }
 
 bool LeaveAgreement::peer_process_ended() {
-  if (node_peers_) {
+  if (node_peers_ && !complete_) {
     for (int r : node_peers_->newly_ended()) {
       if (gone_.insert(r).second) vanished_.insert(r);
     }

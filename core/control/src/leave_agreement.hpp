@@ -58,8 +58,12 @@ class LeaveAgreement {
 
   /// Whether a rank of vanished() is known, after the node's processes are looked at again (no MPI call: it may
   /// run while another thread is inside MPI_Finalize). A rank whose LEFT message was never received (the watcher
-  /// had stopped) counts as vanished too. Same thread rules as above.
+  /// had stopped) counts as vanished too; once every rank has left together, a process that ends is one that
+  /// finalised and exited, and counts for nothing. Same thread rules as above.
   bool peer_process_ended();
+
+  /// Closes the watch of the node's processes (their pidfds); peer_process_ended() then says what it knew.
+  void stop_watching_processes() { node_peers_.reset(); }
 
   /// Whether a rank said it leaves on an error. Same thread rules as above.
   bool any_left_on_error() const { return left_on_error_; }

@@ -37,26 +37,27 @@ bool launched_by_mpi() {
 bool initialise_mpi_if_needed() {
   int initialised = 0;
   MPI_Initialized(&initialised);
+  if (initialised) return false;  // the job initialised MPI itself
   int provided = 0;
-  if (initialised) {
-    // The job initialised MPI itself. oomflight's watcher thread makes MPI calls while the job's threads make
-    // theirs: anything below MPI_THREAD_MULTIPLE would be undefined behaviour, so refuse it plainly.
-    MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_MULTIPLE) {
-      throw std::runtime_error(fmt::format(
-          "the job initialised MPI with thread level {} but oomflight's watcher thread needs MPI_THREAD_MULTIPLE "
-          "({}); initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE) (mpi4py: its default)",
-          provided, MPI_THREAD_MULTIPLE));
-    }
-    return false;
-  }
   const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) throw std::runtime_error(fmt::format("MPI_Init_thread failed (MPI error {})", rc));
-  if (provided < MPI_THREAD_MULTIPLE) {
+  return true;
+}
+
+void require_thread_multiple(bool initialised_here) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided >= MPI_THREAD_MULTIPLE) return;
+  // oomflight's watcher thread makes MPI calls while the job's threads make theirs: anything below
+  // MPI_THREAD_MULTIPLE would be undefined behaviour, so refuse it plainly.
+  if (initialised_here) {
     throw std::runtime_error(fmt::format("this MPI provides thread level {} only; oomflight's watcher thread needs "
                                          "MPI_THREAD_MULTIPLE ({})", provided, MPI_THREAD_MULTIPLE));
   }
-  return true;
+  throw std::runtime_error(fmt::format(
+      "the job initialised MPI with thread level {} but oomflight's watcher thread needs MPI_THREAD_MULTIPLE "
+      "({}); initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE) (mpi4py: its default)",
+      provided, MPI_THREAD_MULTIPLE));
 }
 
 void finalise_mpi() {

@@ -8,6 +8,7 @@
 
 
 #include "dump_executor.hpp"
+#include "leave_agreement.hpp"
 #include "environment.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
@@ -101,7 +102,7 @@ bool Session::shutdown(End how) {
   const bool normal_end = how == End::normal || (how == End::requested && !oom_dumped_);
   {
     std::lock_guard lock(batch_mutex_);
-    if (shut_down_) return protocol_ ? protocol_->shutdown(false) : true;  // the first call decided
+    if (shut_down_) return protocol_ ? protocol_->shutdown(false, LeaveAgreement::Leaving::on_error) : true;
     if (normal_end && config_.enabled) {
       // A normal end ends the running batch: a window whose last batch it is closes now, and is written
       // before the watcher stops (every rank shuts down alike; bounded by the dump deadline).
@@ -117,8 +118,15 @@ bool Session::shutdown(End how) {
                "end of its window, or left); it is dropped");
   }
   // A normal end leaves together with the other ranks (answering their dumps meanwhile); any other end does not
-  // wait for them.
-  return protocol_ ? protocol_->shutdown(normal_end) : true;
+  // wait for them, and says whether it finalises MPI: an error never does; a requested end after an OOM dump may
+  // (a caught and retried OOM that exits 0), so it does not claim otherwise.
+  return protocol_ ? protocol_->shutdown(normal_end, how == End::error ? LeaveAgreement::Leaving::on_error
+                                                                       : LeaveAgreement::Leaving::normally)
+                   : true;
+}
+
+void Session::stop_watching_peers() {
+  if (protocol_) protocol_->stop_watching_peers();
 }
 
 bool Session::peer_never_finalises() { return protocol_ && protocol_->peer_never_finalises(); }

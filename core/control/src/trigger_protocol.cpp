@@ -152,9 +152,9 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   watcher_ = std::thread([this] { watch(); });
 }
 
-TriggerProtocol::~TriggerProtocol() { shutdown(false); }
+TriggerProtocol::~TriggerProtocol() { shutdown(false, LeaveAgreement::Leaving::on_error); }
 
-bool TriggerProtocol::shutdown(bool leave_together) {
+bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alone) {
   std::string stuck_safety_path;
   {
     std::unique_lock lock(mutex_);
@@ -200,7 +200,7 @@ bool TriggerProtocol::shutdown(bool leave_together) {
   if (watcher_.joinable()) watcher_.join();
   // Told before the communicator goes: a rank that asks for a dump after this one left must not wait for it.
   leave_->receive_left_messages();
-  leave_->announce_leaving(leave_together ? LeaveAgreement::Leaving::normally : LeaveAgreement::Leaving::on_error);
+  leave_->announce_leaving(leave_together ? LeaveAgreement::Leaving::normally : alone);
   leave_->close();
   if (trigger_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&trigger_request_);
@@ -210,6 +210,14 @@ bool TriggerProtocol::shutdown(bool leave_together) {
   if (!broken_) MPI_Comm_free(&comm_);
   if (snapshots_) snapshots_->close();
   return true;
+}
+
+void TriggerProtocol::stop_watching_peers() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!watcher_exited_) return;
+  }
+  leave_->stop_watching_processes();
 }
 
 bool TriggerProtocol::peer_never_finalises() {
@@ -431,7 +439,10 @@ bool TriggerProtocol::drain_snapshots(std::chrono::milliseconds timeout) {
 }
 
 void TriggerProtocol::poll_leave() {
-  const bool newly_gone = leave_->receive_left_messages();
+  leave_->receive_left_messages();
+  // Any rank gone so far, whoever saw it first: a dump's vote or DONE wait may have taken the news (issue 29's
+  // review: a rank killed during a dump kept a survivor's normal end waiting out its whole leave agreement).
+  const bool gone = !leave_->gone().empty();
   bool leaving = false;
   {
     std::lock_guard lock(mutex_);
@@ -441,15 +452,15 @@ void TriggerProtocol::poll_leave() {
   const bool together = leaving && leave_->everyone_left();
   // A rank that is gone writes no snapshot any more: a window now waits for it in vain (and a normal end's drain
   // with it, up to the deadline).
-  if (newly_gone && snapshots_ && !snapshots_->broken()) {
+  if (gone && snapshots_ && !snapshots_->broken()) {
     snapshots_->abandon();
     log().info("no more snapshots in this job: {}", gone_ranks_text(false));
   }
-  if (newly_gone || together) {
+  if (gone || together) {
     std::lock_guard lock(mutex_);
-    any_gone_ = any_gone_ || newly_gone;
+    if ((gone && !any_gone_) || (together && !left_together_)) done_.notify_all();
+    any_gone_ = any_gone_ || gone;
     left_together_ = left_together_ || together;
-    done_.notify_all();
   }
 }
 

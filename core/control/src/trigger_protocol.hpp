@@ -60,7 +60,13 @@ class TriggerProtocol {
   /// A watcher stuck in a dump's MPI call (a stalled or dead rank) is waited for only until that dump's bound,
   /// 3 x OOMFLIGHT_DUMP_TIMEOUT from its start; then it is detached and shutdown() returns false: the object,
   /// its communicator and everything it refers to must then stay alive until the process exits.
-  bool shutdown(bool leave_together);
+  /// `alone` is what the LEFT message says when this rank leaves without the others: on_error for an ending that
+  /// never finalises MPI, normally otherwise.
+  bool shutdown(bool leave_together, LeaveAgreement::Leaving alone);
+
+  /// After shutdown(): closes the watch of the node's peer processes (their pidfds), for a process that starts a
+  /// new session. No MPI call.
+  void stop_watching_peers();
 
   /// After shutdown() (the watcher stopped): whether a rank is known to end without MPI_Finalize: it said it leaves
   /// on an error, or its process on this node ended without a word, before or now (the node's processes are looked

@@ -55,6 +55,10 @@ struct ThreadLeases {
 };
 
 thread_local ThreadLeases t_leases;
+// Set when t_leases is destroyed: glibc destroys the exiting thread's thread_local objects before the exit handlers
+// run, and a record of that thread afterwards (a CUDA free during teardown) must not push into the destroyed vector.
+// Trivially destructible, so it is still readable then.
+thread_local bool t_leases_destroyed = false;
 
 // Identifies the calling thread among live threads: its thread descriptor's address. Read with no TLS lookup
 // (a dynamically loaded liboomflight would pay a __tls_get_addr call, 5 ns, on every event for a thread_local).
@@ -69,6 +73,7 @@ std::size_t hint_index(std::uint64_t token) noexcept {
 }  // namespace
 
 ThreadLeases::~ThreadLeases() {
+  t_leases_destroyed = true;
   std::lock_guard lock(registry_mutex());
   for (const Lease& l : leases) {
     if (live_rings().contains(l.serial)) l.writer->owner.store(0, std::memory_order_release);
@@ -123,9 +128,13 @@ Ring::Writer* Ring::acquire_writer() noexcept {
       }
     }
     try {
-      std::lock_guard lock(registry_mutex());
-      std::erase_if(t_leases.leases, [](const ThreadLeases::Lease& l) { return !live_rings().contains(l.serial); });
-      t_leases.leases.push_back({serial_, mine});
+      // A thread past its thread_local destructors (exit handlers) owns the writer without a lease: it is ending,
+      // and a thread that later gets its descriptor's address (its token) takes the writer on as its own.
+      if (!t_leases_destroyed) {
+        std::lock_guard lock(registry_mutex());
+        std::erase_if(t_leases.leases, [](const ThreadLeases::Lease& l) { return !live_rings().contains(l.serial); });
+        t_leases.leases.push_back({serial_, mine});
+      }
     } catch (...) {  // std::bad_alloc: give the writer back rather than own it past this thread's exit
       mine->owner.store(0, std::memory_order_release);
       return nullptr;

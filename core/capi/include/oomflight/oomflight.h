@@ -428,8 +428,9 @@ OOMFLIGHT_API int oomflight_log(int level, const char* message);
  *  finalises MPI itself ends the session first, inside its MPI_Finalize (an MPI_COMM_SELF attribute's callback).
  *  The session's memory is kept until the process ends: callbacks already inside it (torch's allocator hook,
  *  NCCL's profiler) finish safely, later calls get OOMFLIGHT_ESTATE.
- *  Returns OOMFLIGHT_OK, OOMFLIGHT_ESTATE (not initialised), or OOMFLIGHT_EDUMP (a dump was stuck in an MPI call
- *  past 3 x OOMFLIGHT_DUMP_TIMEOUT and was left behind; MPI will then not be finalised). */
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_ESTATE (not initialised), OOMFLIGHT_EDUMP (a dump was stuck in an MPI call
+ *  past 3 x OOMFLIGHT_DUMP_TIMEOUT and was left behind; oomflight will then not finalise MPI) or
+ *  OOMFLIGHT_EINTERNAL. A fork's child has no session (its calls get OOMFLIGHT_ESTATE; its exit ends nothing). */
 OOMFLIGHT_API int oomflight_shutdown(void);
 
 /** Ends the session as a process that exits with `exit_status` ends it, for a caller that knows the status
@@ -437,8 +438,9 @@ OOMFLIGHT_API int oomflight_shutdown(void);
  *  learn at once rather than after the interpreter's finalisation). 0 is a normal end (as oomflight_shutdown, even
  *  after an OOM dump). Any other status leaves at once: a dump under way is finished (within its deadline), every
  *  other rank is told that this one left (LEFT, so that none of them waits for it: their dumps fall back to
- *  rank-local files at once, their leave agreement ends), and nothing waits for another rank; MPI is never
- *  finalised (MPI_Finalize can wait for the living). Since 0.2.1.
+ *  rank-local files at once, their leave agreement ends), and nothing waits for another rank; MPI is not finalised
+ *  here (MPI_Finalize can wait for the living), and at the exit only if that exit's status is 0 after all. Since
+ *  0.2.1.
  *  Returns as oomflight_shutdown. */
 OOMFLIGHT_API int oomflight_end(int exit_status);
 

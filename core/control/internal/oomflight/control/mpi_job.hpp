@@ -17,10 +17,14 @@ namespace oomflight {
 bool launched_by_mpi();
 
 /// Initialises MPI with MPI_THREAD_MULTIPLE unless the process already did (the application owns MPI when it
-/// initialised it). Returns true when this call initialised it. Throws std::runtime_error when MPI_Init_thread
-/// fails, or when MPI (the job's, or this call's) runs below MPI_THREAD_MULTIPLE: the watcher thread calls MPI
-/// while the job's threads do. Call from the main thread, before any other MPI use of oomflight.
+/// initialised it). Returns true when this call initialised it (the caller then owns its MPI_Finalize, whatever
+/// happens next). Throws std::runtime_error when MPI_Init_thread fails. Call from the main thread, before any other
+/// MPI use of oomflight, then require_thread_multiple().
 bool initialise_mpi_if_needed();
+
+/// Throws std::runtime_error, naming the levels, when MPI (the job's, or oomflight's when `initialised_here`) runs
+/// below MPI_THREAD_MULTIPLE: the watcher thread calls MPI while the job's threads do.
+void require_thread_multiple(bool initialised_here);
 
 /// Finalises MPI unless it is already finalised. Only for a process whose MPI oomflight initialised, on a normal
 /// exit that every rank reaches (MPI_Finalize waits for the other ranks).

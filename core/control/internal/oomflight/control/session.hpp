@@ -83,6 +83,10 @@ class Session {
   /// call (it may run while another thread is inside MPI_Finalize). One caller at a time.
   bool peer_never_finalises();
 
+  /// After shutdown(): closes its watch of the node's peer processes (pidfds), for a process that starts another
+  /// session. No MPI call.
+  void stop_watching_peers();
+
   const RankIdentity& identity() const { return identity_; }
   const Config& config() const { return config_; }
 
