@@ -199,6 +199,20 @@ def archives():
     bad_comm = communicators.copy()
     bad_comm["comm_rank"][3] = 4
     case("communicator-rank-outside", communicators=bad_comm)
+    # Issue 30: rows that made the analysis quadratic. Rank 0 enters 4,096 operations, each on a communicator of its
+    # own (one verdict each); rank 1 has 2,048 ends whose starts never came, then 2,048 starts.
+    distinct = np.zeros(4096, dtype=COLLECTIVE)
+    distinct["comm_id"] = np.arange(1, 4097, dtype=np.uint64)
+    distinct["t_ns"] = np.arange(4096) + 10
+    distinct["peer"], distinct["datatype"] = -1, 7
+    case("collectives-distinct-communicators", collectives=distinct)
+    orphans = np.zeros(4096, dtype=COLLECTIVE)
+    orphans["rank"] = 1
+    orphans["comm_id"], orphans["peer"], orphans["datatype"] = WORLD, -1, 7
+    orphans["seq"] = np.arange(4096, dtype=np.uint64)
+    orphans["phase"][:2048] = 1
+    orphans["t_ns"] = np.arange(4096) + 10
+    case("collectives-orphan-ends", collectives=orphans)
 
 
 if __name__ == "__main__":

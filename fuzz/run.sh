@@ -80,6 +80,8 @@ string-outside|refused|/strings row 0: offset 9223372036854775808 + length 10 li
 collective-op-outside|refused|/collectives row 4: op 200
 collectives-not-grouped|refused|/collectives row 8: rank 0 is not in /ranks, or its rows are not grouped
 communicator-rank-outside|refused|/communicators row 3: rank 4 of size 4 is out of range
+collectives-distinct-communicators|accepted|4 ranks, 146 events
+collectives-orphan-ends|accepted|4 ranks, 146 events
 CASES
 
 # Every corpus file must have an expectation above: a new hostile case is checked, not just run.

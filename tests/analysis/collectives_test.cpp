@@ -157,6 +157,71 @@ TEST(Collectives, AnEndWhoseStartWasOverwrittenAndAnUnregisteredCommunicator) {
   EXPECT_EQ(c.communicators[0].members, (std::vector<int>{0}));
 }
 
+// DDP's three bucket all-reduces of a step (#15 to #17 in batch 5), their host calls returned, the device finishing
+// #15 last: the newest operation with an end is #17, not the one whose end came last, and the sentence says that
+// the device may still run it.
+TEST(Collectives, TheLastFinishedIsTheNewestEnteredAndAHostEndSaysSo) {
+  Builder b(2, {1});
+  for (std::uint64_t seq = 15; seq <= 17; ++seq) b.op(0, seq, true);
+  b.op(0, 18, false);  // rank 0 waits in #18, which rank 1 (the origin) never entered
+  for (std::uint64_t seq = 15; seq <= 17; ++seq) b.op(1, seq, true);
+  // Rank 1's #15 ends on the device after its #16 and #17 returned on the host (their ends carry no flag).
+  CollectiveRow device_end = b.a.collectives[1];  // rank 0's #15 end: make one for rank 1
+  device_end.rank = 1;
+  device_end.t_ns = 1000 + 17 * 100 + 500;
+  device_end.flags = kCollectiveDeviceCompletion;
+  const auto rank1_last = std::find_if(b.a.collectives.begin(), b.a.collectives.end(),
+                                       [](const CollectiveRow& r) { return r.rank == 1 && r.seq == 17 && r.phase == CollectivePhase::end; });
+  b.a.collectives.insert(rank1_last + 1, device_end);
+  const CollectiveAnalysis c = analyze_collectives(b.a);
+  const RankCollectiveState& s = *c.rank_state(1);
+  ASSERT_EQ(s.operations.size(), 3u);
+  EXPECT_TRUE(s.operations[0].device_completion);
+  EXPECT_GT(s.operations[0].end_t_ns, s.operations[2].end_t_ns) << "the device end of #15 came last";
+  EXPECT_EQ(s.last_finished, 2) << "yet #17 is the newest operation the rank finished";
+  EXPECT_EQ(describe_last_finished(s, kWorld),
+            "allreduce #17 (8.00 MiB) in batch 17 (its host call returned; no device end reported yet; the last with "
+            "a device end: allreduce #15 (8.00 MiB) in batch 15)");
+  // Rank 0's ends are all the host's and its communicator reports no device end: nothing to add.
+  EXPECT_EQ(describe_last_finished(*c.rank_state(0), kWorld), "allreduce #17 (8.00 MiB) in batch 17");
+  EXPECT_EQ(describe_last_finished(*c.rank_state(0), 0x1234), "none");
+}
+
+// Hostile rows (issue 30): 200,000 starts each on its own communicator, and 100,000 ends whose starts never came
+// before 100,000 starts on one communicator. Pairing and judging them scanned every rank's operations per series
+// and per end (over a minute); now one pass (ctest's timeout is the hang guard; the figures are bench/'s).
+TEST(Collectives, TwoHundredThousandHostileRowsAreJudgedRowForRow) {
+  Builder b(2, {0});
+  constexpr std::uint64_t kRows = 200'000;
+  for (std::uint64_t i = 0; i < kRows; ++i) b.op(0, 0, false, CollectiveOp::allreduce, 0, i + 1);
+  CollectiveRow end;
+  end.rank = 1;
+  end.comm_id = kWorld;
+  end.op = CollectiveOp::allreduce;
+  end.phase = CollectivePhase::end;
+  for (std::uint64_t i = 0; i < kRows / 2; ++i) {
+    end.seq = i;
+    end.t_ns = static_cast<std::int64_t>(i + 1);
+    b.a.collectives.push_back(end);
+  }
+  for (std::uint64_t i = kRows / 2; i < kRows; ++i) b.op(1, i, false);
+  const CollectiveAnalysis c = analyze_collectives(b.a);
+  ASSERT_EQ(c.communicators.size(), kRows + 1);  // each of rank 0's communicators, and the world's all-reduce
+  const RankCollectiveState& r1 = *c.rank_state(1);
+  ASSERT_EQ(r1.operations.size(), kRows);
+  EXPECT_EQ(r1.last_finished, static_cast<int>(kRows / 2 - 1));
+  EXPECT_EQ(r1.in_flight, static_cast<int>(kRows - 1));
+  const CommunicatorVerdict* world = c.communicator(kWorld);
+  ASSERT_NE(world, nullptr);
+  EXPECT_EQ(world->seq, kRows - 1);
+  EXPECT_EQ(world->waiting, std::vector<int>{1});
+  EXPECT_EQ(world->behind, std::vector<int>{0});
+  std::size_t sentences = 0;
+  for (const CommunicatorVerdict& v : c.communicators) sentences += describe_verdict(b.a, c, v).size();
+  // Rank 0 waits in each of its own; the world's one line: rank 1 waits in it, which the origin never entered.
+  EXPECT_EQ(sentences, kRows + 1);
+}
+
 TEST(Collectives, AnArchiveWithoutCollectivesIsEmpty) {
   Builder b(3, {1});
   EXPECT_TRUE(analyze_collectives(b.a).empty());

@@ -42,5 +42,26 @@ TEST(PostMortem, OriginsFirstFailureAndLiveBlocksOfEachRank) {
   }
 }
 
+// An origin against its median peer, in live bytes of the recorded history. 0 B against 0 B was called "an outlier"
+// (issue 30); "as much" was said of an origin that held less.
+TEST(PostMortem, AnOriginIsAnOutlierOnlyAboveATenthOverItsMedianPeer) {
+  const auto judge = [](std::uint64_t mine, std::uint64_t median) {
+    RankSummary s;
+    s.live_bytes_in_history = mine;
+    s.peers_median_live_bytes = median;
+    return judge_against_peers(s);
+  };
+  EXPECT_EQ(judge(0, 0), AgainstPeers::nothing_live);
+  EXPECT_EQ(judge(1, 0), AgainstPeers::outlier);
+  EXPECT_EQ(judge(0, 1), AgainstPeers::at_most_peers);
+  EXPECT_EQ(judge(1000, 1000), AgainstPeers::at_most_peers);
+  EXPECT_EQ(judge(1100, 1000), AgainstPeers::within_a_tenth);
+  EXPECT_EQ(judge(1101, 1000), AgainstPeers::outlier);
+  EXPECT_EQ(judge(UINT64_MAX, UINT64_MAX - 1), AgainstPeers::within_a_tenth);  // no overflow at the top
+  EXPECT_STREQ(against_peers_words(judge(0, 0)),
+               "not an outlier; neither it nor its median peer held live memory in the recorded history");
+  EXPECT_STREQ(against_peers_words(judge(0, 1)), "not an outlier; its median peer held as much or more");
+}
+
 }  // namespace
 }  // namespace oomflight

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -34,54 +36,66 @@ RankOperation operation_of(const CollectiveRow& r) {
 
 // One rank's records paired by (communicator, operation, sequence number): NCCL numbers each function separately
 // per communicator (ncclComm's seqNumber[func]), so allreduce #3 and broadcast #3 are two operations. A later start
-// of the same key (a source that restarted its numbering) opens a new operation.
+// of the same key (a source that restarted its numbering) opens a new operation. O(n log n): an end finds its
+// operation through maps, never by scanning back (100k ends whose starts never came took 54 s that way).
 std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
+  using Key = std::tuple<std::uint64_t, CollectiveOp, std::uint64_t>;
   std::vector<RankOperation> ops;
-  std::map<std::tuple<std::uint64_t, CollectiveOp, std::uint64_t>, std::size_t> open;  // key -> index, until its end
+  std::map<Key, std::size_t> open;    // key -> index of its operation, until its end
+  std::map<Key, std::size_t> newest;  // key -> index of the newest operation of that key, ended or not
   for (const CollectiveRow& r : rows) {
-    const auto key = std::make_tuple(r.comm_id, r.op, r.seq);
+    const Key key{r.comm_id, r.op, r.seq};
     if (r.phase == CollectivePhase::start) {
       RankOperation op = operation_of(r);
       op.start_t_ns = r.t_ns;
-      open[key] = ops.size();
+      open[key] = newest[key] = ops.size();
       ops.push_back(op);
       continue;
     }
     const bool device = (r.flags & kCollectiveDeviceCompletion) != 0;
-    auto it = open.find(key);
-    if (it == open.end()) {
-      // An end whose start was overwritten, or a second end (the device's after the host's) of a known operation.
-      const auto done = std::find_if(ops.rbegin(), ops.rend(), [&](const RankOperation& o) {
-        return o.comm_id == r.comm_id && o.op == r.op && o.seq == r.seq;
-      });
-      if (done != ops.rend()) {
-        if (device && !done->device_completion) {
-          done->end_t_ns = r.t_ns;
-          done->device_completion = true;
-        }
-        continue;
-      }
-      RankOperation op = operation_of(r);
+    if (auto it = open.find(key); it != open.end()) {
+      RankOperation& op = ops[it->second];
       op.end_t_ns = r.t_ns;
       op.device_completion = device;
-      ops.push_back(op);
+      open.erase(it);
       continue;
     }
-    RankOperation& op = ops[it->second];
+    if (auto it = newest.find(key); it != newest.end()) {
+      // A second end (the device's after the host's) of a known operation.
+      RankOperation& done = ops[it->second];
+      if (device && !done.device_completion) {
+        done.end_t_ns = r.t_ns;
+        done.device_completion = true;
+      }
+      continue;
+    }
+    // An end whose start was overwritten.
+    RankOperation op = operation_of(r);
     op.end_t_ns = r.t_ns;
     op.device_completion = device;
-    open.erase(it);
+    newest[key] = ops.size();
+    ops.push_back(op);
   }
   return ops;
 }
+
+// Where a rank stands on one (communicator, operation): the newest sequence number it entered and the last of its
+// operations with that number.
+struct MemberState {
+  std::int64_t newest = -1;
+  int at_newest = -1;
+};
 
 }  // namespace
 
 CollectiveAnalysis analyze_collectives(const Archive& a) {
   CollectiveAnalysis out;
-  // One verdict per (communicator, operation): each operation has its own sequence numbers.
-  std::map<std::pair<std::uint64_t, CollectiveOp>, CommunicatorVerdict> series;
-  std::map<std::uint64_t, std::vector<int>> members;  // communicator -> ranks that registered it or recorded on it
+  using Series = std::pair<std::uint64_t, CollectiveOp>;
+  // One verdict per (communicator, operation): each operation has its own sequence numbers. Every structure below
+  // is filled in one pass over the rows, so that the whole is O(n log n) in them (issue 30: per series x per member
+  // x per operation scans took over a minute for 200,000 rows).
+  std::map<Series, std::map<int, MemberState>> series;  // -> rank -> its standing
+  std::map<std::uint64_t, std::set<int>> members;       // communicator -> ranks that recorded on it or registered it
   for (const RankRow& row : a.ranks) {
     RankCollectiveState s;
     s.rank = row.rank;
@@ -89,59 +103,66 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
     s.batch = row.batch;
     s.freeze_t_ns = row.freeze_t_ns;
     s.operations = pair_records(a.collectives_of(row.rank));
+    std::map<std::uint64_t, RankCollectiveState::OnCommunicator> by_comm;
     for (int i = 0; i < static_cast<int>(s.operations.size()); ++i) {
       const RankOperation& op = s.operations[static_cast<std::size_t>(i)];
+      RankCollectiveState::OnCommunicator& on = by_comm[op.comm_id];
+      on.comm_id = op.comm_id;
       if (op.finished()) {
-        if (s.last_finished < 0 || op.end_t_ns >= s.operations[static_cast<std::size_t>(s.last_finished)].end_t_ns) {
-          s.last_finished = i;
-        }
+        s.last_finished = i;  // oldest first: the last one with an end is the newest
+        on.last_finished = i;
+        if (op.device_completion) on.last_device_finished = i;
       } else {
         s.in_flight = i;  // oldest first: the last one not finished is the newest
       }
-      CommunicatorVerdict& v = series[{op.comm_id, op.op}];
-      v.comm_id = op.comm_id;
-      v.op = op.op;
-      members[op.comm_id].push_back(row.rank);
+      MemberState& m = series[{op.comm_id, op.op}][row.rank];
+      if (static_cast<std::int64_t>(op.seq) >= m.newest) {
+        m.newest = static_cast<std::int64_t>(op.seq);
+        m.at_newest = i;
+      }
+      members[op.comm_id].insert(row.rank);
     }
+    s.by_communicator.reserve(by_comm.size());
+    for (auto& [comm, on] : by_comm) s.by_communicator.push_back(on);
     out.ranks.push_back(std::move(s));
   }
+  std::map<std::uint64_t, const CommunicatorRow*> registered;  // the last row of each communicator names it
   for (const CommunicatorRow& c : a.communicators) {
-    if (members.contains(c.comm_id)) members[c.comm_id].push_back(c.rank);
+    if (auto it = members.find(c.comm_id); it != members.end()) {
+      it->second.insert(c.rank);
+      registered[c.comm_id] = &c;
+    }
   }
   std::stable_sort(out.ranks.begin(), out.ranks.end(), [](const auto& x, const auto& y) { return x.rank < y.rank; });
   // Members are ranks of /ranks (the reader checks every row's rank), so each has a state.
   const auto state_of = [&](int rank) -> const RankCollectiveState& { return *out.rank_state(rank); };
-  for (auto& [key, v] : series) {
-    for (const CommunicatorRow& c : a.communicators) {
-      if (c.comm_id == v.comm_id) {
-        v.name = fixed_string(c.name);
-        v.size = c.comm_size;
-      }
+  out.communicators.reserve(series.size());
+  for (const auto& [key, standing] : series) {
+    CommunicatorVerdict v;
+    v.comm_id = key.first;
+    v.op = key.second;
+    if (auto it = registered.find(v.comm_id); it != registered.end()) {
+      v.name = fixed_string(it->second->name);
+      v.size = it->second->comm_size;
     }
-    v.members = members[v.comm_id];
-    std::sort(v.members.begin(), v.members.end());
-    v.members.erase(std::unique(v.members.begin(), v.members.end()), v.members.end());
-    // The frontier: the highest sequence number of this operation any member entered.
-    for (const int rank : v.members) {
-      for (const RankOperation& op : state_of(rank).operations) {
-        if (op.comm_id == v.comm_id && op.op == v.op && op.seq >= v.seq) {
-          v.seq = op.seq;
-          v.bytes = op.bytes;
-        }
+    const std::set<int>& comm_members = members[v.comm_id];
+    v.members.assign(comm_members.begin(), comm_members.end());
+    // The frontier: the highest sequence number of this operation any member entered (its bytes: the last such
+    // operation of the highest such rank).
+    for (const auto& [rank, m] : standing) {
+      if (m.newest >= static_cast<std::int64_t>(v.seq)) {
+        v.seq = static_cast<std::uint64_t>(m.newest);
+        v.bytes = state_of(rank).operations[static_cast<std::size_t>(m.at_newest)].bytes;
       }
     }
     for (const int rank : v.members) {
       const RankCollectiveState& s = state_of(rank);
-      std::int64_t newest = -1;
-      const RankOperation* at_frontier = nullptr;
-      for (const RankOperation& op : s.operations) {
-        if (op.comm_id != v.comm_id || op.op != v.op) continue;
-        newest = std::max(newest, static_cast<std::int64_t>(op.seq));
-        if (op.seq == v.seq) at_frontier = &op;
-      }
+      const auto it = standing.find(rank);
+      const std::int64_t newest = it == standing.end() ? -1 : it->second.newest;
       v.newest_seq.push_back(newest);
-      if (at_frontier != nullptr) {
-        (at_frontier->finished() ? v.finished : v.waiting).push_back(rank);
+      if (it != standing.end() && newest == static_cast<std::int64_t>(v.seq)) {
+        const RankOperation& at_frontier = s.operations[static_cast<std::size_t>(it->second.at_newest)];
+        (at_frontier.finished() ? v.finished : v.waiting).push_back(rank);
         continue;
       }
       (newest + 1 == static_cast<std::int64_t>(v.seq) ? v.short_of_it : v.behind).push_back(rank);
@@ -154,6 +175,18 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
     out.communicators.push_back(std::move(v));
   }
   return out;
+}
+
+const RankCollectiveState::OnCommunicator* RankCollectiveState::on(std::uint64_t comm_id) const {
+  const auto it = std::lower_bound(by_communicator.begin(), by_communicator.end(), comm_id,
+                                   [](const OnCommunicator& c, std::uint64_t id) { return c.comm_id < id; });
+  return it != by_communicator.end() && it->comm_id == comm_id ? &*it : nullptr;
+}
+
+const CommunicatorVerdict* CollectiveAnalysis::communicator(std::uint64_t comm_id) const {
+  const auto it = std::lower_bound(communicators.begin(), communicators.end(), comm_id,
+                                   [](const CommunicatorVerdict& v, std::uint64_t id) { return v.comm_id < id; });
+  return it != communicators.end() && it->comm_id == comm_id ? &*it : nullptr;
 }
 
 const RankCollectiveState* CollectiveAnalysis::rank_state(int rank) const {
@@ -170,6 +203,22 @@ std::string communicator_label(const CommunicatorVerdict& v) {
 
 std::string describe_operation(const RankOperation& op) {
   return fmt::format("{} #{} ({})", collective_op_name(op.op), op.seq, format_bytes(op.bytes));
+}
+
+std::string describe_last_finished(const RankCollectiveState& s, std::uint64_t comm_id) {
+  const RankCollectiveState::OnCommunicator* on = s.on(comm_id);
+  if (on == nullptr || on->last_finished < 0) return "none";
+  const RankOperation& last = s.operations[static_cast<std::size_t>(on->last_finished)];
+  std::string text = fmt::format("{} in batch {}", describe_operation(last), last.batch);
+  // A host end on a communicator that reports device ends: the call returned (the operation was enqueued), and the
+  // device may not have run it yet.
+  if (!last.device_completion && on->last_device_finished >= 0) {
+    const RankOperation& device = s.operations[static_cast<std::size_t>(on->last_device_finished)];
+    text += fmt::format(" (its host call returned; no device end reported yet; the last with a device end: {} in "
+                        "batch {})",
+                        describe_operation(device), device.batch);
+  }
+  return text;
 }
 
 std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnalysis& analysis,
@@ -210,13 +259,7 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
     const std::int64_t newest = v.newest_seq[static_cast<std::size_t>(
         std::lower_bound(v.members.begin(), v.members.end(), rank) - v.members.begin())];  // members ascend
     const auto short_by = static_cast<std::int64_t>(v.seq) - newest;
-    std::string last = "none";
-    for (auto it = s.operations.rbegin(); it != s.operations.rend(); ++it) {
-      if (it->comm_id == v.comm_id && it->finished()) {
-        last = fmt::format("{} in batch {}", describe_operation(*it), it->batch);
-        break;
-      }
-    }
+    const std::string last = describe_last_finished(s, v.comm_id);
     const RankOperation* waits = s.in_flight >= 0 ? &s.operations[static_cast<std::size_t>(s.in_flight)] : nullptr;
     if (waits != nullptr && waits->comm_id == v.comm_id && waits->op != v.op) {
       lines.push_back(fmt::format("rank {} never entered it: it waits in {} on the same communicator instead (the "

@@ -164,4 +164,26 @@ PostMortem analyze(const Archive& archive, std::size_t top) {
   return pm;
 }
 
+AgainstPeers judge_against_peers(const RankSummary& s) {
+  const std::uint64_t mine = s.live_bytes_in_history, median = s.peers_median_live_bytes;
+  if (mine == 0 && median == 0) return AgainstPeers::nothing_live;
+  if (mine <= median) return AgainstPeers::at_most_peers;
+  // More than 1.1 x the median, in integers (a tenth rounded down); the sum cannot overflow: a tenth of the
+  // median is added only when mine exceeds the median, so the sum is below 1.1 x 2^64 only in theory: saturate.
+  const std::uint64_t tenth = median / 10;
+  const std::uint64_t bound = median > UINT64_MAX - tenth ? UINT64_MAX : median + tenth;
+  return mine > bound ? AgainstPeers::outlier : AgainstPeers::within_a_tenth;
+}
+
+const char* against_peers_words(AgainstPeers judgement) {
+  switch (judgement) {
+    case AgainstPeers::outlier: return "an outlier";
+    case AgainstPeers::within_a_tenth: return "not an outlier; within a tenth of its median peer";
+    case AgainstPeers::at_most_peers: return "not an outlier; its median peer held as much or more";
+    case AgainstPeers::nothing_live: return "not an outlier; neither it nor its median peer held live memory in the "
+                                            "recorded history";
+  }
+  return "";
+}
+
 }  // namespace oomflight

@@ -430,10 +430,8 @@ std::string collectives_section(const Archive& a, const Grid& g, const std::vect
       const std::int64_t end = op.finished() ? op.end_t_ns : std::max(row.freeze_t_ns, start);
       const double x0 = x(to_utc(row, start));
       const double w = std::max(1.5, x(to_utc(row, end)) - x0);
-      std::string comm;
-      for (const CommunicatorVerdict& v : c.communicators) {
-        if (v.comm_id == op.comm_id) comm = communicator_label(v);
-      }
+      const CommunicatorVerdict* verdict = c.communicator(op.comm_id);  // O(log): per operation
+      const std::string comm = verdict != nullptr ? communicator_label(*verdict) : std::string();
       const std::string title =
           fmt::format("rank {}: {} on {}, batch {}, {}", row.rank, describe_operation(op), comm, op.batch,
                       op.finished() ? fmt::format("{} ({} end)", format_seconds(static_cast<double>(end - start) * 1e-9),
@@ -708,16 +706,14 @@ std::string peers_section(const Archive& a, const PostMortem& pm, const RankSumm
   std::size_t peer_count = 0;
   for (const auto& p : pm.ranks) peer_count += p.row.is_origin ? 0 : 1;
   if (peer_count == 0) return {};
-  const double ratio = s.peers_median_live_bytes ? static_cast<double>(s.live_bytes_in_history) /
-                                                       static_cast<double>(s.peers_median_live_bytes)
-                                                 : 0.0;
-  const bool outlier = s.peers_median_live_bytes == 0 || ratio > 1.1;
+  const AgainstPeers judgement = judge_against_peers(s);
   std::string out;
   put(out, "<section class=\"peers\"><h2>Rank {} against its {} peers</h2>\n<p>{} live in the recorded history, the "
            "median peer {} ({}): {}.</p>\n",
       s.row.rank, peer_count, format_bytes(s.live_bytes_in_history), format_bytes(s.peers_median_live_bytes),
       signed_bytes(s.live_bytes_in_history, s.peers_median_live_bytes),
-      outlier ? "<strong class=\"mark\">an outlier</strong>" : "not an outlier; its peers held as much");
+      judgement == AgainstPeers::outlier ? std::string("<strong class=\"mark\">an outlier</strong>")
+                                         : html(against_peers_words(judgement)));
   if (!s.against_peers.empty()) {
     put(out, "<table><tr><th>more than the median peer</th><th class=\"l\">at</th><th>rank {}</th>"
              "<th>median peer</th></tr>\n",

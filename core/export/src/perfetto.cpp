@@ -172,10 +172,8 @@ std::string render_perfetto(const Archive& a) {
       for (const RankOperation& op : rank_ops->operations) {
         const std::int64_t start = op.start_t_ns != 0 ? op.start_t_ns : op.end_t_ns;
         const std::int64_t end = op.finished() ? op.end_t_ns : std::max(freeze, start);
-        std::string comm;
-        for (const CommunicatorVerdict& v : collectives.communicators) {
-          if (v.comm_id == op.comm_id) comm = communicator_label(v);
-        }
+        const CommunicatorVerdict* verdict = collectives.communicator(op.comm_id);  // O(log): per operation
+        const std::string comm = verdict != nullptr ? communicator_label(*verdict) : std::string();
         trace.push_back(
             {{"ph", "X"}, {"name", fmt::format("{} #{}", collective_op_name(op.op), op.seq)}, {"pid", pid}, {"tid", 1},
              {"ts", us_since(utc_ns(row, start), origin)},

@@ -130,9 +130,12 @@ std::string collectives_text(const Archive& a) {
       out += fmt::format("    rank {}: in {}, entered in batch {}, {} before the freeze\n", s.rank, describe_operation(op),
                          op.batch, format_seconds(static_cast<double>(s.freeze_t_ns - op.start_t_ns) * 1e-9));
     } else if (s.last_finished >= 0) {
+      // The newest operation it entered that has an end (not the end that came last: a device end follows the host
+      // ends of the operations enqueued behind it), and whether the device may still be running it.
       const RankOperation& op = s.operations[static_cast<std::size_t>(s.last_finished)];
-      out += fmt::format("    rank {}: in none; last finished {} in batch {}, {} before the freeze{}\n", s.rank,
-                         describe_operation(op), op.batch, format_seconds(static_cast<double>(s.freeze_t_ns - op.end_t_ns) * 1e-9),
+      out += fmt::format("    rank {}: in none; last finished {}, {} before the freeze{}\n", s.rank,
+                         describe_last_finished(s, op.comm_id),
+                         format_seconds(static_cast<double>(s.freeze_t_ns - op.end_t_ns) * 1e-9),
                          s.is_origin ? " (the origin)" : "");
     } else {
       out += fmt::format("    rank {}: none recorded{}\n", s.rank, s.is_origin ? " (the origin)" : "");
@@ -266,15 +269,11 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     for (const auto& p : pm.ranks) peer_count += p.row.is_origin ? 0 : 1;
     if (peer_count == 0) continue;
     line("");
-    const double ratio = s.peers_median_live_bytes
-                             ? static_cast<double>(s.live_bytes_in_history) / static_cast<double>(s.peers_median_live_bytes)
-                             : 0.0;
-    const bool outlier = s.peers_median_live_bytes == 0 || ratio > 1.1;
-    line(fmt::format("rank {} against its {} peers: {} live in the recorded history, the median peer {} ({}){}",
+    line(fmt::format("rank {} against its {} peers: {} live in the recorded history, the median peer {} ({}): {}",
                      s.row.rank, peer_count, format_bytes(s.live_bytes_in_history),
                      format_bytes(s.peers_median_live_bytes),
                      signed_bytes(s.live_bytes_in_history, s.peers_median_live_bytes),
-                     outlier ? ": an outlier" : ": not an outlier; its peers held as much"));
+                     against_peers_words(judge_against_peers(s))));
     for (std::size_t i = 0; i < s.against_peers.size() && i < 5; ++i) {
       const CallSiteDiff& d = s.against_peers[i];
       const auto shown = frames_to_show(a, d.stack_id, 1);

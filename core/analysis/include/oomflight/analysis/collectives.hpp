@@ -34,9 +34,22 @@ struct RankCollectiveState {
   bool is_origin = false;
   std::int64_t batch = -1;           ///< the rank's batch at the freeze
   std::int64_t freeze_t_ns = 0;
-  std::vector<RankOperation> operations;  ///< oldest first
+  std::vector<RankOperation> operations;  ///< oldest first (in the order the rank entered them)
   int in_flight = -1;                ///< index of the newest operation started and not finished; -1: none
-  int last_finished = -1;            ///< index of the newest finished operation; -1: none
+  /// Index of the newest operation (in the order entered) with an end, whichever end; -1: none. Not the one whose
+  /// end came last: a device end (NCCL's kernel finishing) comes after the host ends of the operations enqueued
+  /// behind it, and DDP's three bucket all-reduces of a step were named by the first (issue 30).
+  int last_finished = -1;
+  /// One entry per communicator the rank has an operation on, ascending by comm_id: the index of the newest
+  /// operation on it with an end (-1: none yet), and of the newest whose end is the device's (-1: none).
+  struct OnCommunicator {
+    std::uint64_t comm_id = 0;
+    int last_finished = -1;
+    int last_device_finished = -1;
+  };
+  std::vector<OnCommunicator> by_communicator;
+  /// by_communicator's entry of `comm_id`, or nullptr. O(log communicators).
+  OOMFLIGHT_API const OnCommunicator* on(std::uint64_t comm_id) const;
 };
 
 /// One operation of one communicator (NCCL numbers each operation separately: allreduce #3 and broadcast #3 are
@@ -63,6 +76,9 @@ struct CollectiveAnalysis {
   std::vector<RankCollectiveState> ranks;         ///< every rank present, ascending by rank
   std::vector<CommunicatorVerdict> communicators;  ///< (communicator, operation) pairs with records, by comm_id, op
   bool empty() const { return communicators.empty(); }
+  /// A verdict of `comm_id` (its name and size are the same in all of them), or nullptr. O(log communicators):
+  /// the page and Perfetto name the communicator of every operation.
+  OOMFLIGHT_API const CommunicatorVerdict* communicator(std::uint64_t comm_id) const;
   /// The state of `rank`, or nullptr when it is not present. O(log ranks): the report and the exporters ask once
   /// per rank, and a linear search made that quadratic in the world size.
   OOMFLIGHT_API const RankCollectiveState* rank_state(int rank) const;
@@ -70,6 +86,7 @@ struct CollectiveAnalysis {
 
 /// Pairs each rank's records (a start with the end of the same communicator, operation and sequence number; the
 /// device's end is preferred to the host's) and judges every operation of every communicator. Pure; thread-safe.
+/// O(n log n) in the archive's collective and communicator rows, whatever they hold (hostile archives included).
 OOMFLIGHT_API CollectiveAnalysis analyze_collectives(const Archive& archive);
 
 /// The communicator's name for a sentence: "the world communicator", "communicator 'pg0'", or "communicator
@@ -85,5 +102,11 @@ OOMFLIGHT_API std::vector<std::string> describe_verdict(const Archive& archive, 
 
 /// "allreduce #3 (8.00 MiB)" for an operation.
 OOMFLIGHT_API std::string describe_operation(const RankOperation& operation);
+
+/// The newest operation `state` finished on `comm_id`, truthfully: "allreduce #17 (25.00 MiB) in batch 5", and when
+/// its end is the host call's return while the communicator reports device ends (so the device may still run it),
+/// "allreduce #17 (25.00 MiB) in batch 5 (its host call returned; no device end reported yet; the last with a device
+/// end: allreduce #15 (25.00 MiB) in batch 5)". "none" when it finished none.
+OOMFLIGHT_API std::string describe_last_finished(const RankCollectiveState& state, std::uint64_t comm_id);
 
 }  // namespace oomflight

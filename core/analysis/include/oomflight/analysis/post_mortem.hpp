@@ -68,6 +68,21 @@ struct PostMortem {
   std::vector<RankSummary> ranks;  ///< by rank
 };
 
+/// How an origin's live bytes in the recorded history stand against its median peer's.
+enum class AgainstPeers {
+  outlier,        ///< more than 1.1 x the median peer's, or some while the median peer holds none
+  within_a_tenth, ///< above the median peer's by at most a tenth
+  at_most_peers,  ///< at most the median peer's (not 0 B against 0 B: that is nothing_live)
+  nothing_live,   ///< neither it nor its median peer holds live bytes in the recorded history
+};
+
+/// The judgement the report and the page state for an origin (RankSummary::live_bytes_in_history against
+/// peers_median_live_bytes). Before issue 30, 0 B against 0 B was called "an outlier". Pure.
+OOMFLIGHT_API AgainstPeers judge_against_peers(const RankSummary& origin);
+
+/// The words for it: ": an outlier", ": not an outlier; its median peer held as much or more", ... Pure.
+OOMFLIGHT_API const char* against_peers_words(AgainstPeers judgement);
+
 /// Live bytes of one rank's history at the freeze by stack id (kNoStack included): blocks allocated in the
 /// history and not freed (free_completed), at their recorded size. Pure; thread-safe.
 OOMFLIGHT_API std::unordered_map<std::int32_t, std::uint64_t> live_bytes_by_stack(const Archive& archive,
