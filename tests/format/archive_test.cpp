@@ -99,6 +99,36 @@ std::string read_error(const std::string& path) {
   return "";
 }
 
+// A taken name is never replaced (issue 30: two jobs of one run name in one folder took each other's names): the
+// next free name says whose the file is. The job id goes to the root attribute and back.
+TEST(Archive, ATakenNameIsNeverReplacedAndTheNextSaysWhoseItIs) {
+  test::TempDir dir;
+  const auto at = [&](const char* name) { return (dir.path() / name).string(); };
+  Fixture f = make_fixture();
+  f.header.job_id = "aaaaaaaaaaaa";
+  EXPECT_EQ(write_archive(at("x.h5"), f.header, dump_of(f)), at("x.h5"));
+  EXPECT_EQ(read_archive_header(at("x.h5")).job_id, "aaaaaaaaaaaa");
+  EXPECT_EQ(write_archive(at("x.h5"), f.header, dump_of(f)), at("x-1.h5")) << "this job's own: a counter";
+  Fixture other = make_fixture();
+  other.header.job_id = "bbbbbbbbbbbb";
+  other.header.reason = "rank 0: the other job";
+  EXPECT_EQ(write_archive(at("x.h5"), other.header, dump_of(other)), at("x.bbbbbbbbbbbb.h5")) << "another job's";
+  EXPECT_EQ(write_archive(at("x.h5"), other.header, dump_of(other)), at("x.bbbbbbbbbbbb-1.h5"));
+  EXPECT_EQ(read_archive_header(at("x.h5")).reason, "rank 0: CUDA out of memory") << "the first file is intact";
+  std::ofstream(at("y.h5")) << "not an archive";
+  EXPECT_EQ(write_archive(at("y.h5"), f.header, dump_of(f)), at("y.aaaaaaaaaaaa.h5")) << "a foreign file";
+  // OOMFLIGHT_OVERWRITE=1: replaced, as asked.
+  EXPECT_EQ(write_archive(at("x.h5"), other.header, dump_of(other), Durability::verified, Naming::replace), at("x.h5"));
+  EXPECT_EQ(read_archive_header(at("x.h5")).job_id, "bbbbbbbbbbbb");
+  // No job id (an older writer, a merge): the counter alone.
+  Fixture plain = make_fixture();
+  EXPECT_EQ(write_archive(at("y.h5"), plain.header, dump_of(plain)), at("y-1.h5"));
+  EXPECT_TRUE(read_archive_header(at("y-1.h5")).job_id.empty());
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().string().find(".partial"), std::string::npos) << e.path();
+  }
+}
+
 TEST(Archive, ReaderErrorsNameTheProblem) {
   test::TempDir dir;
   EXPECT_NE(read_error((dir.path() / "missing.h5").string()).find("no such file"), std::string::npos);

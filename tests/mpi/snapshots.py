@@ -196,11 +196,11 @@ class Snapshots(unittest.TestCase):
         names = sorted(p.name for p in (self.work / "count" / "oomflight").iterdir())
         self.assertEqual(names, ["notes.h5", "snapshot.4.h5", "snapshot.5.h5"], self.out_count)
         self.assertEqual(self.out_count.count("retention: removed"), 4, self.out_count)
-        self.assertIn("(OOMFLIGHT_MAX_DUMPS=2; 2 archives of this run", self.out_count)
+        self.assertIn("(OOMFLIGHT_MAX_DUMPS=2; 2 archives of this job", self.out_count)
         # Each archive is bigger than 1 MB: only the one just written may stay, every time.
         names = sorted(p.name for p in (self.work / "size" / "oomflight").iterdir())
         self.assertEqual(names, ["notes.h5", "snapshot.5.h5"], self.out_size)
-        self.assertIn("(OOMFLIGHT_MAX_TOTAL_MB=1; 1 archives of this run", self.out_size)
+        self.assertIn("(OOMFLIGHT_MAX_TOTAL_MB=1; 1 archives of this job", self.out_size)
 
 
 class SignalBetweenWrites(unittest.TestCase):

@@ -174,13 +174,14 @@ std::vector<OptionSpec> make_table() {
          if (!v.empty()) c.snapshot_every_batches = parse_batches(v);
        }},
       {"OOMFLIGHT_MAX_DUMPS", "integer", "",
-       "Retention: after each archive, keep only the newest this many archives of this run in its folder (the "
-       "one just written always stays; rank-local files are not counted). Unset: keep all.",
+       "Retention: after each archive, keep only the newest this many archives of this job in its folder (the "
+       "one just written always stays; rank-local files and other jobs' archives are not counted). Unset: keep "
+       "all.",
        [](Config& c, std::string_view v) {
          if (!v.empty()) c.max_dumps = parse_positive(v, std::size_t{1} << 30);
        }},
       {"OOMFLIGHT_MAX_TOTAL_MB", "integer", "",
-       "Retention: after each archive, remove this run's oldest archives in its folder until they take at most "
+       "Retention: after each archive, remove this job's oldest archives in its folder until they take at most "
        "this many MB (10^6 bytes); the one just written always stays. Unset: no limit.",
        [](Config& c, std::string_view v) {
          if (!v.empty()) c.max_total_bytes = static_cast<std::uint64_t>(parse_positive(v, std::size_t{1} << 40)) * 1000000;
@@ -229,7 +230,8 @@ std::vector<OptionSpec> make_table() {
        "How long the watcher thread sleeps between polls for a trigger (MPI_Test).",
        [](Config& c, std::string_view v) { c.poll_interval = parse_positive_duration(v, std::chrono::minutes(1)); }},
       {"OOMFLIGHT_OVERWRITE", "bool", "0",
-       "Replace an existing file. 0: keep it and write the new one as NAME-1.h5, NAME-2.h5, ...",
+       "Replace an existing file. 0: never replace one: the new file is NAME-1.h5, NAME-2.h5, ... after this job's "
+       "own, NAME.JOB.h5 after another job's (docs/archive-format.md, \"File names\").",
        [](Config& c, std::string_view v) { c.overwrite = parse_bool(v); }},
       {"OOMFLIGHT_KEEP_RANK_FILES", "bool", "0",
        "Keep every rank's rank-local file after the archive is written and verified. 0: remove them then (they "

@@ -1,6 +1,8 @@
 // Dump execution: rows, root attributes, paths and the fallbacks of rank-local files.
 #include "dump_executor.hpp"
 
+#include "oomflight/format/archive_naming.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
@@ -64,6 +66,7 @@ ArchiveHeader DumpExecutor::header(DumpKind kind, std::int64_t batch, std::strin
   h.dump_batch = batch;
   h.producer = "oomflight " OOMFLIGHT_VERSION_STRING;
   h.run_name = id_.run_name;
+  h.job_id = id_.job_id;
   h.kind = std::string(dump_kind_name(kind));
   h.created_at_utc = utc_now_iso8601();
   h.reason = std::move(reason);
@@ -92,12 +95,10 @@ std::string DumpExecutor::prepare_rendered_path(const std::filesystem::path& fol
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) throw std::runtime_error(fmt::format("cannot create folder '{}': {}", folder.string(), ec.message()));
-  if (config_.overwrite || !fs::exists(path)) return path.string();
-  const std::string stem = path.stem().string(), ext = path.extension().string();
-  for (int i = 1;; ++i) {
-    fs::path candidate = path.parent_path() / fmt::format("{}-{}{}", stem, i, ext);
-    if (!fs::exists(candidate)) return candidate.string();
-  }
+  if (config_.overwrite) return path.string();
+  // A free name now: STEM-1.h5 after this job's own archive, STEM.JOB.h5 after another job's (archive_naming.hpp).
+  // The writer's rename claims it, and takes the next one if another process got there first.
+  return format_detail::free_name(path.string(), id_.job_id);
 }
 
 std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const {
@@ -107,7 +108,9 @@ std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const 
 std::string DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
                                            const FrozenHistory& h, MPI_Comm comm, const CollectiveArchive& how,
                                            const AllocatorStateRows* state) const {
-  return write_archive_collective(path, header, dump_of(row, h, state), comm, how);
+  CollectiveArchive named = how;
+  if (named.naming != Naming::replace) named.naming = naming();  // the caller's replace (a joint dump) stands
+  return write_archive_collective(path, header, dump_of(row, h, state), comm, named);
 }
 
 ArchiveRowCounts DumpExecutor::row_counts(const FrozenHistory& h, const AllocatorStateRows* state) {
@@ -123,8 +126,7 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);
-    write_archive(path, header, dump, durability);
-    return path;
+    return write_archive(path, header, dump, durability, naming());
   } catch (const std::exception& e) {
     first_error = e.what();
   }
@@ -136,8 +138,9 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
       std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / ("oomflight-" + id_.run_name);
   const std::filesystem::path name(config_.rank_filename.render(values));
   try {
-    const std::string path = prepare_rendered_path(fallback_folder, name.is_absolute() ? name.relative_path() : name);
-    write_archive(path, header, dump, durability);
+    const std::string path = write_archive(
+        prepare_rendered_path(fallback_folder, name.is_absolute() ? name.relative_path() : name), header, dump,
+        durability, naming());
     log().warn("{}; wrote the rank-local file to {} instead", first_error, path);
     return path;
   } catch (const std::exception& e) {
@@ -156,8 +159,8 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   std::string archive_error;
   if (id_.world_size == 1) {
     try {
-      r.path = archive_path(r.kind, batch);
-      write_archive(r.path, header, dump_of(row, h, state));
+      r.path = write_archive(archive_path(r.kind, batch), header, dump_of(row, h, state), Durability::verified,
+                             naming());
       r.status = DumpResult::Status::archive;
       return r;
     } catch (const std::exception& e) {

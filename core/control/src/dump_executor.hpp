@@ -72,6 +72,8 @@ class DumpExecutor {
   // ... with the folder and the name rendered already (the name may be absolute: then it is the path).
   std::string prepare_rendered_path(const std::filesystem::path& folder, const std::filesystem::path& name) const;
   TemplateValues template_values(DumpKind kind, std::int64_t batch) const;
+  // OOMFLIGHT_OVERWRITE=1 replaces a file of the name; otherwise a taken name is never replaced.
+  Naming naming() const { return config_.overwrite ? Naming::replace : Naming::keep_others; }
 
   const Config& config_;
   const RankIdentity& id_;

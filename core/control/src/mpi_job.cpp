@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <random>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "oomflight/base/utc_time.hpp"
 #include "oomflight/format/archive_schema.hpp"
@@ -20,12 +22,26 @@ std::string host_name() {
   return buf;
 }
 
-// Rank 0's run name, shared with every rank (the name must be one for the whole job).
-std::string shared_run_name(const std::string& configured, int rank, MPI_Comm comm) {
-  char buf[256] = {};
-  if (rank == 0) set_fixed_string(buf, configured.empty() ? generate_run_name() : configured);
-  MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, comm);
-  return fixed_string(buf);
+// This job's id: 48 random bits as 12 hex digits (two jobs of one run name in one folder tell their files apart by
+// it; a collision needs some 16 million jobs sharing a folder).
+std::string generate_job_id() {
+  std::random_device rd;
+  const std::uint64_t bits = (static_cast<std::uint64_t>(rd()) << 32 | rd()) & 0xffffffffffffull;
+  return fmt::format("{:012x}", bits);
+}
+
+// Rank 0's run name and job id, shared with every rank (one for the whole job).
+std::pair<std::string, std::string> shared_names(const std::string& configured, int rank, MPI_Comm comm) {
+  struct {
+    char run_name[256] = {};
+    char job_id[16] = {};
+  } buf;
+  if (rank == 0) {
+    set_fixed_string(buf.run_name, configured.empty() ? generate_run_name() : configured);
+    set_fixed_string(buf.job_id, generate_job_id());
+  }
+  MPI_Bcast(&buf, sizeof(buf), MPI_CHAR, 0, comm);
+  return {fixed_string(buf.run_name), fixed_string(buf.job_id)};
 }
 
 }  // namespace
@@ -77,6 +93,7 @@ RankIdentity identify(const Config& config, MPI_Comm comm) {
   id.host = host_name();
   if (comm == MPI_COMM_NULL) {
     id.run_name = config.run_name.empty() ? generate_run_name() : config.run_name;
+    id.job_id = generate_job_id();
     return id;
   }
   MPI_Comm_rank(comm, &id.rank);
@@ -85,7 +102,7 @@ RankIdentity identify(const Config& config, MPI_Comm comm) {
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, id.rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &id.local_rank);
   MPI_Comm_free(&node);
-  id.run_name = shared_run_name(config.run_name, id.rank, comm);
+  std::tie(id.run_name, id.job_id) = shared_names(config.run_name, id.rank, comm);
   return id;
 }
 

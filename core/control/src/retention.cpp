@@ -11,7 +11,8 @@
 
 namespace oomflight {
 
-void prune_archives(const std::string& written, const std::string& run_name, const Config& config) {
+void prune_archives(const std::string& written, const std::string& run_name, const std::string& job_id,
+                    const Config& config) {
   if (!config.max_dumps && !config.max_total_bytes) return;
   namespace fs = std::filesystem;
   struct Candidate {
@@ -28,7 +29,7 @@ void prune_archives(const std::string& written, const std::string& run_name, con
     try {
       const ArchiveHeader h = read_archive_header(entry.path().string());
       const bool whole = h.ranks_present.size() > 1 || h.world_size == 1;
-      if (h.run_name != run_name || !whole) continue;
+      if (h.run_name != run_name || h.job_id != job_id || !whole) continue;
       archives.push_back({entry.path(), h.created_at_utc, entry.last_write_time(ec),
                           static_cast<std::uint64_t>(entry.file_size(ec))});
     } catch (const std::exception&) {
@@ -54,7 +55,7 @@ void prune_archives(const std::string& written, const std::string& run_name, con
     }
     --kept;
     total -= a.bytes;
-    log().info("retention: removed {} ({}; {} archives of this run, {} in all, remain)", a.path.string(),
+    log().info("retention: removed {} ({}; {} archives of this job, {} in all, remain)", a.path.string(),
                too_many ? fmt::format("OOMFLIGHT_MAX_DUMPS={}", *config.max_dumps)
                         : fmt::format("OOMFLIGHT_MAX_TOTAL_MB={}", *config.max_total_bytes / 1000000),
                kept, format_bytes(total));

@@ -159,13 +159,14 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     header.window_last_batch = window.last;
     DumpRequest request;
     request.kind = DumpKind::snapshot;
-    const std::string path = executor_->archive_path(DumpKind::snapshot, window.first);
-    write_archive(path, header,
-                  RankDump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
-                           .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
-                                                .collectives = window_collectives, .communicators = h.communicators});
+    const std::string path = write_archive(
+        executor_->archive_path(DumpKind::snapshot, window.first), header,
+        RankDump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
+                 .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
+                 .collectives = window_collectives, .communicators = h.communicators},
+        Durability::verified, config_.overwrite ? Naming::replace : Naming::keep_others);
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
-    prune_archives(path, identity_.run_name, config_);
+    prune_archives(path, identity_.run_name, identity_.job_id, config_);
   } catch (const std::exception& e) {
     log().error("snapshot of batches {} to {} not written: {}", window.first, window.last, e.what());
   }
@@ -203,7 +204,7 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   switch (r.status) {
     case DumpResult::Status::archive:
       log().info("{}; archive {} written in {}", summary, r.path, format_seconds(r.seconds));
-      prune_archives(r.path, identity_.run_name, config_);
+      prune_archives(r.path, identity_.run_name, identity_.job_id, config_);
       break;
     case DumpResult::Status::rank_local:
       log().warn("{}; rank-local file {} written in {}{}", summary, r.path, format_seconds(r.seconds),

@@ -206,7 +206,8 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
                                                 .batches = h.batches.rows, .context = h.context,
                                                 .state_segments = {}, .state_blocks = {},
                                                 .collectives = window_collectives, .communicators = h.communicators},
-                                       comm_, CollectiveArchive{.root = 0, .wait = wait, .step_done = {}, .stripes = config_.archive_stripes, .row_totals = {}});
+                                       comm_, CollectiveArchive{.root = 0, .wait = wait, .step_done = {}, .stripes = config_.archive_stripes, .row_totals = {},
+                                                         .naming = config_.overwrite ? Naming::replace : Naming::keep_others});
   } catch (const CollectiveTimeout& e) {
     // A step left pending on the snapshots' communicator: no later window can be agreed on. The watcher stays
     // free for dumps.
@@ -236,7 +237,7 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
                skipped_before == 0 ? std::string()
                                    : fmt::format(" ({} earlier {} skipped: writes were slower than the windows)",
                                                  skipped_before, skipped_before == 1 ? "window" : "windows"));
-    prune_archives(written, id_.run_name, config_);
+    prune_archives(written, id_.run_name, id_.job_id, config_);
   }
   return true;
 }

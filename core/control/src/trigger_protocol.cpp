@@ -795,7 +795,9 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
                           .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); },
                           .step_done = [this](const char* step) { timeline_.mark(step); },
                           .stripes = config_.archive_stripes,
-                          .row_totals = row_totals},
+                          .row_totals = row_totals,
+                          // A joint dump's archive replaces the one this job just wrote under that name.
+                          .naming = supersede_path_.empty() ? Naming::keep_others : Naming::replace},
         &request.state);
   } catch (const CollectiveTimeout& e) {
     broken_ = true;  // a collective stays pending on comm_
@@ -821,7 +823,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
     log().info("{}; archive {} written by {} of {} ranks in {}",
                dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes), r.path, size,
                size, format_seconds(r.seconds));
-    prune_archives(r.path, id_.run_name, config_);  // one rank prunes: the one that names the archive
+    prune_archives(r.path, id_.run_name, id_.job_id, config_);  // one rank prunes: the one that names the archive
   }
   return r;
 }

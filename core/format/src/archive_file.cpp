@@ -133,6 +133,7 @@ ArchiveFile::ArchiveFile(std::string partial, const ArchiveHeader& header, const
   a.string("producer", header.producer);
   a.int32("schema_version", header.schema_version);
   a.string("run_name", header.run_name);
+  if (!header.job_id.empty()) a.string("job_id", header.job_id);
   a.string("kind", header.kind);
   a.string("created_at_utc", header.created_at_utc);
   a.string("reason", header.reason);

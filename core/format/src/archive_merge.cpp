@@ -128,6 +128,9 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   for (const Archive& a : archives) {
     require_same(first, a, "run_name", first.header.run_name, a.header.run_name);
     require_same(first, a, "kind", first.header.kind, a.header.kind);
+    if (!first.header.job_id.empty() && !a.header.job_id.empty()) {  // files of 0.2.1 on; older ones do not say
+      require_same(first, a, "job_id", first.header.job_id, a.header.job_id);
+    }
     require_same(first, a, "world_size", std::to_string(first.header.world_size), std::to_string(a.header.world_size));
     if (first.header.dump_batch && a.header.dump_batch) {  // files of 0.2.1 on; older ones do not say
       require_same(first, a, "dump_batch", std::to_string(*first.header.dump_batch),
@@ -157,6 +160,7 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   ArchiveHeader header;
   header.producer = "oomflight " OOMFLIGHT_VERSION_STRING;
   header.run_name = first.header.run_name;
+  header.job_id = first.header.job_id;
   header.kind = first.header.kind;
   header.created_at_utc = utc_now_iso8601();
   for (const auto& line : reasons) header.reason += (header.reason.empty() ? "" : "\n") + line;

@@ -344,6 +344,7 @@ ArchiveHeader read_header(Reader& r) {
     }
   }
   h.run_name = r.string_attribute("run_name");
+  if (H5Aexists(r.file(), "job_id") > 0) h.job_id = r.string_attribute("job_id");
   h.kind = r.string_attribute("kind");
   h.created_at_utc = r.string_attribute("created_at_utc");
   h.reason = r.string_attribute("reason");

@@ -18,6 +18,7 @@
 #include "archive_file.hpp"
 #include "archive_rows.hpp"
 #include "file_size_signal.hpp"
+#include "oomflight/format/archive_naming.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/format/archive_writer.hpp"
 #include "oomflight/format/collective_writer.hpp"
@@ -28,8 +29,8 @@ namespace {
 
 using format_detail::Counts;
 
-void write_ranks(const std::string& path, const ArchiveHeader& header, std::span<const RankDump> dumps,
-                 Durability durability) {
+std::string write_ranks(const std::string& path, const ArchiveHeader& header, std::span<const RankDump> dumps,
+                        Durability durability, Naming naming) {
   // First, so that it outlives every write: a write past `ulimit -f` must fail, not kill the job.
   const format_detail::IgnoreFileSizeSignal no_sigxfsz;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, with the file's name
@@ -44,8 +45,9 @@ void write_ranks(const std::string& path, const ArchiveHeader& header, std::span
     for (int t = 0; t < format_detail::kTables; ++t) total[t] += rows.back().count[t];
   }
   const bool sync = durability == Durability::verified;
-  const std::string partial = partial_archive_path(path);
+  const std::string partial = partial_archive_path(path, header.job_id);
   std::string error;
+  std::string named;
   try {
     format_detail::ArchiveFile file(partial, header, total);
     phases.mark("layout");
@@ -53,13 +55,17 @@ void write_ranks(const std::string& path, const ArchiveHeader& header, std::span
     phases.mark("rows");
     if (error.empty()) error = file.finish(sync);
     phases.mark("complete");
-    if (error.empty() && std::rename(partial.c_str(), path.c_str()) != 0) {
-      error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
+    if (error.empty()) {
+      try {
+        named = format_detail::claim_name(partial, path, header.job_id, naming == Naming::replace);
+      } catch (const ArchiveError& e) {
+        error = e.what();
+      }
     }
     if (!error.empty()) file.abandon();  // a failed write keeps no name at all
     if (error.empty() && sync) {
-      if (const std::string failed = format_detail::sync_folder_of(path); !failed.empty()) {
-        log().warn("{}: the rename may not survive a crash of this node (fsync of its folder: {})", path, failed);
+      if (const std::string failed = format_detail::sync_folder_of(named); !failed.empty()) {
+        log().warn("{}: the rename may not survive a crash of this node (fsync of its folder: {})", named, failed);
       }
     }
   } catch (const ArchiveError& e) {
@@ -70,18 +76,19 @@ void write_ranks(const std::string& path, const ArchiveHeader& header, std::span
     throw ArchiveError(
         fmt::format("writing archive '{}' failed: {}{}", path, error, format_detail::file_size_limit_note()));
   }
-  log().debug("{}: {}", path, phases.text());
+  log().debug("{}: {}", named, phases.text());
+  return named;
 }
 
 }  // namespace
 
-void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
-                   Durability durability) {
-  write_ranks(path, header, std::span<const RankDump>(&dump, 1), durability);
+std::string write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                          Durability durability, Naming naming) {
+  return write_ranks(path, header, std::span<const RankDump>(&dump, 1), durability, naming);
 }
 
 void write_archive_ranks(const std::string& path, const ArchiveHeader& header, std::span<const RankDump> dumps) {
-  write_ranks(path, header, dumps, Durability::verified);
+  write_ranks(path, header, dumps, Durability::verified, Naming::replace);
 }
 
 void sync_file(const std::string& path) {
@@ -93,7 +100,9 @@ void sync_file(const std::string& path) {
   if (!ok) throw ArchiveError(fmt::format("fsync of '{}' failed: {}", path, std::strerror(err)));
 }
 
-std::string partial_archive_path(const std::string& path) { return path + ".partial"; }
+std::string partial_archive_path(const std::string& path, const std::string& job_id) {
+  return job_id.empty() ? path + ".partial" : path + "." + job_id + ".partial";
+}
 
 void keep_hdf5_out_of_process_exit() {
   // First: any other HDF5 call (even H5Eset_auto2) initialises the library, which registers the handler.

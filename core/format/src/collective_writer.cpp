@@ -17,6 +17,7 @@
 #include "archive_striping.hpp"
 #include "file_size_signal.hpp"
 #include "oomflight/base/log.hpp"
+#include "oomflight/format/archive_naming.hpp"
 #include "oomflight/format/row_placement.hpp"
 #include "write_phases.hpp"
 
@@ -40,7 +41,7 @@ struct Exchange {
   Counts mine{};
   LayoutMessage layout;
   int ok = 0, all_ok = 0;
-  int renamed = 0;
+  char named[4096] = {};  // the name the root's rename got; empty: not renamed
 };
 
 }  // namespace
@@ -49,10 +50,7 @@ ArchiveRowCounts archive_row_counts(const RankDump& dump) { return format_detail
 
 std::string write_archive_collective(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
                                      MPI_Comm comm, const CollectiveArchive& how) {
-  if (comm == MPI_COMM_NULL) {
-    write_archive(path, header, dump);
-    return path;
-  }
+  if (comm == MPI_COMM_NULL) return write_archive(path, header, dump, Durability::verified, how.naming);
   const format_detail::IgnoreFileSizeSignal no_sigxfsz;  // a write past `ulimit -f` fails, it does not kill
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   format_detail::WritePhases phases;
@@ -103,9 +101,10 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
         std::uint64_t bytes = 0;
         for (int t = 0; t < kTables; ++t) bytes += total[t] * format_detail::row_bytes(static_cast<format_detail::Table>(t));
         const std::string striped =
-            format_detail::create_striped(partial_archive_path(path), format_detail::archive_stripes(how.stripes, bytes));
-        if (!striped.empty()) log().debug("{}: {} bytes; {}", partial_archive_path(path), bytes, striped);
-        file.emplace(partial_archive_path(path), header, total);
+            format_detail::create_striped(partial_archive_path(path, header.job_id),
+                                          format_detail::archive_stripes(how.stripes, bytes));
+        if (!striped.empty()) log().debug("{}: {} bytes; {}", partial_archive_path(path, header.job_id), bytes, striped);
+        file.emplace(partial_archive_path(path, header.job_id), header, total);
         std::copy(file->layout().address.begin(), file->layout().address.end(), x->layout.address);
         std::memcpy(x->layout.path, path.c_str(), path.size() + 1);
         x->layout.created = 1;
@@ -127,7 +126,7 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
   }
   x->layout.path[sizeof(LayoutMessage::path) - 1] = '\0';
   const std::string final_path = x->layout.path;
-  const std::string partial = partial_archive_path(final_path);
+  const std::string partial = partial_archive_path(final_path, header.job_id);
   format_detail::Layout layout;
   std::copy(std::begin(x->layout.address), std::end(x->layout.address), layout.address.begin());
   phases.mark("layout");
@@ -159,32 +158,44 @@ std::string write_archive_collective(const std::string& path, const ArchiveHeade
       error = format_detail::check_rank_rows(partial, layout, size, total[format_detail::kEvents],
                                              header.ranks_present);
       if (error.empty()) error = file->finish(true);
-      if (error.empty() && std::rename(partial.c_str(), final_path.c_str()) != 0) {
-        error = fmt::format("cannot rename it to its final name: {}", std::strerror(errno));
+      std::string named;
+      if (error.empty()) {
+        // Never onto another process's file: two jobs of one run name in one folder (archive_naming.hpp).
+        try {
+          named = format_detail::claim_name(partial, final_path, header.job_id, how.naming == Naming::replace);
+        } catch (const ArchiveError& e) {
+          error = e.what();
+        }
+      }
+      if (error.empty() && named.size() >= sizeof(x->named)) {
+        error = fmt::format("its final name '{}' is longer than {} bytes", named, sizeof(x->named) - 1);
+        std::remove(named.c_str());
       }
       if (error.empty()) {
         // The others remove their safety copies once they hear of the rename: it must outlive a crash first.
-        if (const std::string failed = format_detail::sync_folder_of(final_path); !failed.empty()) {
-          log().warn("{}: the rename may not survive a crash of this node (fsync of its folder: {})", final_path,
+        if (const std::string failed = format_detail::sync_folder_of(named); !failed.empty()) {
+          log().warn("{}: the rename may not survive a crash of this node (fsync of its folder: {})", named,
                      failed);
         }
+        std::memcpy(x->named, named.c_str(), named.size() + 1);
       }
-      x->renamed = error.empty() ? 1 : 0;
     }
-    if (!x->renamed) file->abandon();  // a failed write keeps no name at all
+    if (x->named[0] == '\0') file->abandon();  // a failed write keeps no name at all
     file.reset();
   }
   step_done("verify and rename");
-  complete(MPI_Ibcast(&x->renamed, 1, MPI_INT, how.root, comm, &request), request, "rename");
+  complete(MPI_Ibcast(x->named, sizeof(x->named), MPI_CHAR, how.root, comm, &request), request, "rename");
   phases.mark("complete and rename");
   step_done("rename heard");
-  if (root) log().debug("{}: {}", final_path, phases.text());
-  if (!x->renamed) {
+  x->named[sizeof(x->named) - 1] = '\0';
+  const std::string named = x->named;
+  if (root) log().debug("{}: {}", named.empty() ? final_path : named, phases.text());
+  if (named.empty()) {
     throw ArchiveError(fmt::format("writing archive '{}' failed: {}{}", final_path,
                                    error.empty() ? std::string("on another rank") : error,
                                    format_detail::file_size_limit_note()));
   }
-  return final_path;
+  return named;
 }
 
 }  // namespace oomflight

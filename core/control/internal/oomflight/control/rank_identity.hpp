@@ -13,6 +13,7 @@ struct RankIdentity {
   std::int64_t pid = 0;
   std::string host;
   std::string run_name;   ///< the same on every rank
+  std::string job_id;     ///< 12 hex digits drawn by rank 0 at start-up, the same on every rank (ArchiveHeader::job_id)
 };
 
 }  // namespace oomflight

@@ -258,6 +258,11 @@ struct ArchiveHeader {
   int schema_version = kSchemaVersion;
   std::string producer;                 ///< "oomflight 0.2.0"
   std::string run_name;
+  /// The job that wrote it: 12 hex digits drawn by rank 0 at start-up, the same on every rank; root attribute
+  /// `job_id` (string, since 0.2.1). Two jobs with one run name in one folder tell their files apart by it
+  /// (retention removes only its own job's archives; a name another job holds is not taken). Empty: an older file,
+  /// a merge of files of several jobs, an import.
+  std::string job_id;
   std::string kind;                     ///< dump_kind_name() of a DumpKind; readers keep unknown names as text
   std::string created_at_utc;           ///< ISO 8601, e.g. "2026-11-21T10:15:02Z"
   std::string reason;                   ///< one line per origin: "rank 2: CUDA out of memory. ..."

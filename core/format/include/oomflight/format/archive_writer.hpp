@@ -47,27 +47,41 @@ enum class Durability : std::uint8_t {
   handed_to_kernel,
 };
 
+/// What write_archive() does when its name is taken.
+enum class Naming : std::uint8_t {
+  /// Never replaces a file: the rename that gives the file its name fails on a taken name, and the next free name
+  /// is taken instead (`STEM-1.h5` after an archive of the same job_id, `STEM.JOB.h5` after anything else: another
+  /// job's archive; docs/archive-format.md, "File names"). The name got is returned.
+  keep_others,
+  /// Replaces a file of that name (OOMFLIGHT_OVERWRITE=1, or an output path given on purpose).
+  replace,
+};
+
 /// Writes `path` holding one rank: `header` as the root attributes, `dump` as the rows. The file is written as
-/// partial_archive_path(path), its root attribute `complete` (= 1) is the last write, and after the close it is
-/// synced and checked (Durability::verified); only then is it renamed to `path` (replacing a file of that name).
-/// On any failure the partial file is removed and nothing carries the name `path`.
+/// partial_archive_path(path, header.job_id), its root attribute `complete` (= 1) is the last write, and after the
+/// close it is synced and checked (Durability::verified); only then is it renamed, to `path` or, when another
+/// process took that name meanwhile, as `naming` says. Returns the name it got. On any failure the partial file is
+/// removed and nothing carries the name `path`.
 /// Throws std::invalid_argument when dump.stacks is null, ArchiveError naming the file and the step that failed
 /// (folder missing or not writable, disk full: the dataset, offset and errno's text of the failed write). Not thread-safe with other
 /// HDF5 use in the process (Debian's parallel HDF5 is not built thread-safe): call it from one thread.
-OOMFLIGHT_API void write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
-                                 Durability durability = Durability::verified);
+OOMFLIGHT_API std::string write_archive(const std::string& path, const ArchiveHeader& header, const RankDump& dump,
+                                        Durability durability = Durability::verified,
+                                        Naming naming = Naming::keep_others);
 
 /// fsync()s `path` (a file written with Durability::handed_to_kernel that has become the result). Throws
 /// ArchiveError naming the file and the error. Thread-safe.
 OOMFLIGHT_API void sync_file(const std::string& path);
 
 /// Writes `path` holding several ranks from one process, in the order given (row i of /ranks is dumps[i]), like
-/// write_archive(). Used to join rank-local files (merge_archives). header.ranks_present must list the ranks in
-/// the same order. Throws as write_archive().
+/// write_archive(), replacing a file of that name (its callers write to an output path given on purpose: merge,
+/// import). Used to join rank-local files (merge_archives). header.ranks_present must list the ranks in the same
+/// order. Throws as write_archive().
 OOMFLIGHT_API void write_archive_ranks(const std::string& path, const ArchiveHeader& header,
                                        std::span<const RankDump> dumps);
 
-/// The name an archive has while it is written: `path` + ".partial". Such a file is never an archive.
-OOMFLIGHT_API std::string partial_archive_path(const std::string& path);
+/// The name an archive has while it is written: `path` + ".partial", or `path` + "." + job_id + ".partial" for a
+/// job's file (two jobs writing one name at once never share a partial file). Such a file is never an archive.
+OOMFLIGHT_API std::string partial_archive_path(const std::string& path, const std::string& job_id = {});
 
 }  // namespace oomflight

@@ -48,6 +48,9 @@ struct CollectiveArchive {
   /// Every rank's archive_row_counts() added up, when the caller already has it (the dump's votes); empty: added
   /// up here with one more reduction.
   std::optional<ArchiveRowCounts> row_totals;
+  /// What the root's rename does when `path` is taken (write_archive's Naming): the final path is broadcast with
+  /// the rename's outcome, and returned on every rank.
+  Naming naming = Naming::keep_others;
 };
 
 /// Writes one HDF5 archive holding the rows of every rank of `comm`, all ranks together, and returns its path.
@@ -58,7 +61,7 @@ struct CollectiveArchive {
 /// every dataset at its total size, contiguous, space allocated: about a millisecond) and broadcasts the path and
 /// each dataset's address (MPI_Ibcast), then every rank pwrite()s its own rows at their addresses and fsync()s,
 /// an MPI_Iallreduce agrees on success, and the root marks the file complete (the last write), fsyncs it,
-/// checks it and renames it to `path`, and broadcasts that it did. Every rank takes part in every step even
+/// checks it and renames it to `path` (or the next free name, `how.naming`), and broadcasts the name it got. Every rank takes part in every step even
 /// after a local failure of its rows (any exception there is its "no" in the agreement), so all ranks return or
 /// throw ArchiveError together (Darshan's discipline); what can leave one rank alone is CollectiveTimeout (a
 /// failed MPI call counts as one) and std::invalid_argument for a caller's mistake. ranks_present in `header`
