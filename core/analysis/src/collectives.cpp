@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "oomflight/base/printable.hpp"
 #include "oomflight/base/units.hpp"
 
 namespace oomflight {
@@ -197,7 +198,7 @@ const RankCollectiveState* CollectiveAnalysis::rank_state(int rank) const {
 
 std::string communicator_label(const CommunicatorVerdict& v) {
   if (v.name == "world") return "the world communicator";
-  if (!v.name.empty()) return fmt::format("communicator '{}'", v.name);
+  if (!v.name.empty()) return fmt::format("communicator '{}'", printable(v.name));  // NCCL's commName: the job's
   return fmt::format("communicator {:#x}", v.comm_id);
 }
 

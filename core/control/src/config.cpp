@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "oomflight/base/printable.hpp"
 #include "oomflight/base/units.hpp"
 
 extern char** environ;
@@ -33,36 +34,13 @@ bool parse_bool(std::string_view text) {
   throw std::invalid_argument("not a boolean (use 1/0, true/false, yes/no, on/off)");
 }
 
-// The first byte of `text` that is not part of valid UTF-8 or is a control character (RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or nothing.
+// The first byte of `text` that is not part of well-formed UTF-8 or is a control character, or nothing.
 std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
+  for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) return i;
-    std::size_t n = 0;
-    std::uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      n = 1, cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      n = 2, cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + n >= text.size()) return i;  // cut short
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto cc = static_cast<unsigned char>(text[i + k]);
-      if ((cc & 0xc0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
-    i += n + 1;
+    const std::size_t length = utf8_sequence_length(text, i);
+    if (c < 0x20 || c == 0x7f || length == 0) return i;
+    i += length;
   }
   return std::nullopt;
 }

@@ -8,16 +8,17 @@
 #include <fmt/format.h>
 
 #include "oomflight/analysis/post_mortem.hpp"
+#include "oomflight/base/printable.hpp"
 #include "oomflight/export/user_frames.hpp"
 
 namespace oomflight {
 namespace {
 
-// A frame as one folded segment: the separator ';' may not appear inside it.
+// A frame as one folded segment: the separator ';' may not appear inside it, nor a line feed (one stack per line),
+// nor anything a terminal acts on (the file is text that people cat and grep): printable() shows those as escapes.
 std::string frame_text(const Archive& a, const FrameRow& f) {
-  std::string s = fmt::format("{} ({}:{})", a.string(f.function), a.string(f.file), f.line);
+  std::string s = printable(fmt::format("{} ({}:{})", a.string(f.function), a.string(f.file), f.line));
   std::replace(s.begin(), s.end(), ';', ':');
-  std::replace(s.begin(), s.end(), '\n', ' ');
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "oomflight/analysis/collectives.hpp"
+#include "oomflight/base/printable.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
@@ -41,9 +42,12 @@ void put(std::string& out, fmt::format_string<T...> format, T&&... args) {
 
 // ---- Escaping --------------------------------------------------------------------------------------------------
 
-// For text and attribute values: the characters markup gives a meaning to, and the C0 controls (HTML forbids
-// them in text; NUL among them) as U+FFFD. Bytes that are not UTF-8 stay: the browser decodes them as U+FFFD.
-std::string html(std::string_view s) {
+// For text and attribute values: the characters markup gives a meaning to, after printable() (printable.hpp) has
+// shown every control character but the line feed, every bidirectional override and every byte that is not UTF-8 as
+// a visible escape, as the text report does (HTML forbids the C0 controls in text, and an override would reorder
+// what the page shows after it).
+std::string html(std::string_view text) {
+  const std::string s = printable(text, LineFeeds::keep);
   std::string out;
   out.reserve(s.size() + 16);
   for (const char c : s) {
@@ -53,14 +57,7 @@ std::string html(std::string_view s) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&#39;"; break;
-      case '\n':
-      case '\t': out += c; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          out += "\xEF\xBF\xBD";
-        } else {
-          out += c;
-        }
+      default: out += c;
     }
   }
   return out;
@@ -69,7 +66,9 @@ std::string html(std::string_view s) {
 // A JSON string for a <script> block. Every `<`, `>` and `&` becomes a \u escape, not only the `</` of
 // `</script>`: `<!--` followed by `<script` puts the HTML parser into a state where `</script>` no longer ends the
 // block, and an escaped `<` cannot start either. U+2028 and U+2029 are escaped for older JavaScript engines.
-std::string json(std::string_view s) {
+// The text is made printable first, as for html(): the readout shows it as the page does.
+std::string json(std::string_view text) {
+  const std::string s = printable(text, LineFeeds::keep);
   std::string out = "\"";
   out.reserve(s.size() + 2);
   for (std::size_t i = 0; i < s.size(); ++i) {

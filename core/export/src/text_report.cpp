@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "oomflight/analysis/collectives.hpp"
+#include "oomflight/base/printable.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
@@ -101,10 +102,12 @@ std::string context_lines(const Archive& a, int rank) {
   std::string out;
   if (!metadata.empty()) {
     std::string pairs;
-    for (const auto& [k, v] : metadata) pairs += fmt::format("{}{}={}", pairs.empty() ? "" : ", ", k, v);
+    for (const auto& [k, v] : metadata) {
+      pairs += fmt::format("{}{}={}", pairs.empty() ? "" : ", ", printable(k), printable(v));
+    }
     out += fmt::format("    metadata: {}\n", pairs);
   }
-  if (!command.empty()) out += fmt::format("    ran on {}: {}\n", host, command.substr(0, 200));
+  if (!command.empty()) out += fmt::format("    ran on {}: {}\n", printable(host), printable(command.substr(0, 200)));
   return out;
 }
 
@@ -154,9 +157,9 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   const auto& h = a.header;
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
-  line(fmt::format("oomflight report: {}", a.path));
-  line(fmt::format("run {}, kind {}, written {} by {} (schema {})", h.run_name, h.kind, h.created_at_utc, h.producer,
-                   h.schema_version));
+  line(fmt::format("oomflight report: {}", printable(a.path)));
+  line(fmt::format("run {}, kind {}, written {} by {} (schema {})", printable(h.run_name), printable(h.kind),
+                   printable(h.created_at_utc), printable(h.producer), h.schema_version));
   line(fmt::format("world size {}, ranks present {} ({} of {})", h.world_size, fmt::join(h.ranks_present, ","),
                    h.ranks_present.size(), h.world_size));
   if (h.window_first_batch >= 0) {
@@ -180,9 +183,9 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     if (h.kind != "oom") {
       const bool vowel = !h.kind.empty() && std::string_view("aeiou").find(h.kind.front()) != std::string_view::npos;
       line(fmt::format("  rank {} at batch {}: asked for {} {} dump; device free {} of {}", s.row.rank, s.row.batch,
-                       vowel ? "an" : "a", h.kind, format_bytes(s.row.device_free_bytes),
+                       vowel ? "an" : "a", printable(h.kind), format_bytes(s.row.device_free_bytes),
                        s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
-      const std::string reason = fixed_string(s.row.reason);
+      const std::string reason = printable(fixed_string(s.row.reason));
       if (!reason.empty()) line(fmt::format("    {}", reason));
       out += context_lines(a, s.row.rank);
       continue;
@@ -190,7 +193,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     line(fmt::format("  rank {} at batch {}: requested {}, device free {} of {}", s.row.rank, s.row.batch,
                      format_bytes(s.row.oom_requested_bytes), format_bytes(s.row.device_free_bytes),
                      s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
-    const std::string reason = fixed_string(s.row.reason);
+    const std::string reason = printable(fixed_string(s.row.reason));
     if (!reason.empty()) line(fmt::format("    {}", reason));
     out += context_lines(a, s.row.rank);
   }
@@ -258,8 +261,8 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
       for (const auto* f : shown) {
         // C++ frames spell out their template arguments: keep a line readable.
         const auto function = a.string(f->function);
-        line(fmt::format("        {}{} ({}:{})", function.substr(0, 120), function.size() > 120 ? "..." : "",
-                         a.string(f->file), f->line));
+        line(fmt::format("        {}{} ({}:{})", printable(function.substr(0, 120)), function.size() > 120 ? "..." : "",
+                         printable(a.string(f->file)), f->line));
       }
     }
   }
@@ -278,8 +281,9 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
       const CallSiteDiff& d = s.against_peers[i];
       const auto shown = frames_to_show(a, d.stack_id, 1);
       const std::string where = shown.empty() ? std::string("(no stack recorded)")
-                                              : fmt::format("{} ({}:{})", a.string(shown[0]->function).substr(0, 80),
-                                                            a.string(shown[0]->file), shown[0]->line);
+                                              : fmt::format("{} ({}:{})",
+                                                            printable(a.string(shown[0]->function).substr(0, 80)),
+                                                            printable(a.string(shown[0]->file)), shown[0]->line);
       line(fmt::format("  {:>11} at {}: {} against {} on the median peer",
                        signed_bytes(d.origin_bytes, d.peers_median_bytes), where, format_bytes(d.origin_bytes),
                        format_bytes(d.peers_median_bytes)));
@@ -310,7 +314,9 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                      100.0 * static_cast<double>(r.reserved_bytes) / static_cast<double>(r.device_capacity_bytes),
                      format_bytes(s.headroom_bytes), format_bytes(r.peak_reserved_bytes)));
   }
-  return out;
+  // Each string from the archive was made printable where it was placed; this pass is the guarantee for any that a
+  // later change forgets (a forgotten one can still end its line early, but never acts on the terminal).
+  return printable(out, LineFeeds::keep);
 }
 
 }  // namespace oomflight

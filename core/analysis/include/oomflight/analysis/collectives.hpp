@@ -90,7 +90,8 @@ struct CollectiveAnalysis {
 OOMFLIGHT_API CollectiveAnalysis analyze_collectives(const Archive& archive);
 
 /// The communicator's name for a sentence: "the world communicator", "communicator 'pg0'", or "communicator
-/// 0x1234..." when none was registered.
+/// 0x1234..." when none was registered. The name is the job's text, made printable (printable.hpp: no control
+/// character, no bidirectional override, no byte that is not UTF-8).
 OOMFLIGHT_API std::string communicator_label(const CommunicatorVerdict& verdict);
 
 /// The verdict in sentences, the first being the one line that says what happened, e.g. "ranks 0, 1 wait in

@@ -24,7 +24,9 @@ void set_log_level(std::string_view level);
 /// From now on every line names this rank: "oomflight[rank N] level: message". Thread-safe.
 void set_log_rank(int rank);
 
-/// Writes one line at `level` (off writes nothing). Thread-safe.
+/// Writes one line at `level` (off writes nothing). Every message is made printable (printable.hpp): a control
+/// character or line feed in it shows as an escape, so no line of the log is forged and no terminal obeys it.
+/// Thread-safe.
 void log_message(LogLevel level, std::string_view message);
 
 }  // namespace oomflight
