@@ -103,13 +103,16 @@ def archives():
         base_attrs = {"schema_version": 1, "world_size": int(f.attrs["world_size"]),
                       "origin_ranks": f.attrs["origin_ranks"], "ranks_present": f.attrs["ranks_present"]}
         base_rows = {name: f[name][...] for name in DATASETS if name in f}
-    # The fixture's /ranks rows predate the collective counts (0.2.1): the fuzz target writes today's rows.
+    # The fixture's /ranks rows predate the collective counts (0.2.1) and the memory cap and the figures' source
+    # (issue 30): the fuzz target writes today's rows (RankRow: 8 bytes of padding after numbers_from_message's 4).
     old = base_rows["ranks"]
+    added = [("collectives_recorded", "<u8", 0), ("collectives_overwritten", "<u8", 8),
+             ("collectives_in_flight", "<u8", 16), ("memory_cap_bytes", "<u8", 24), ("numbers_from_message", "<u4", 32)]
     ranks = np.zeros(len(old), dtype=np.dtype({
-        "names": list(old.dtype.names) + ["collectives_recorded", "collectives_overwritten", "collectives_in_flight"],
-        "formats": [old.dtype.fields[n][0] for n in old.dtype.names] + ["<u8"] * 3,
-        "offsets": [old.dtype.fields[n][1] for n in old.dtype.names] + [old.dtype.itemsize + 8 * i for i in range(3)],
-        "itemsize": old.dtype.itemsize + 24}))
+        "names": list(old.dtype.names) + [n for n, _, _ in added],
+        "formats": [old.dtype.fields[n][0] for n in old.dtype.names] + [f for _, f, _ in added],
+        "offsets": [old.dtype.fields[n][1] for n in old.dtype.names] + [old.dtype.itemsize + o for _, _, o in added],
+        "itemsize": old.dtype.itemsize + 40}))
     for name in old.dtype.names:
         ranks[name] = old[name]
     base_rows["ranks"] = ranks

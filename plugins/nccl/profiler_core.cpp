@@ -16,10 +16,13 @@
 //   coll/p2p stopEvent has not come), bit 18 device open (its device end is not recorded yet), bits 32-63 the
 //   generation, bumped at every claim.
 // A handle is the slot's address (slots are 128-byte aligned) with the generation's low 6 bits in bits 1-6 and,
-// for a kernel channel, bit 0 set. A slot is claimed round robin; a busy one is taken over only when nothing can
-// still use it (its host stop came and no channel is running: a device end that never came, as when NCCL sends
-// no channel events); its old channels that start later see another generation and are ignored. Otherwise the
-// event is dropped and counted. Counts are logged once, at finalize.
+// for a kernel channel, bit 0 set. A claim starts at the next slot round robin and probes on to the first free one
+// (claim()); a busy slot is taken over only when nothing can still use it (its host stop came and no channel is
+// running: a device end that never came, as when NCCL sends no channel events), and then the operation's end is
+// recorded as untracked unless its host end was; its old channels that start later see another generation and are
+// ignored. When every slot holds an operation in flight, the start is recorded flagged untracked, with no handle
+// (OOMFLIGHT_COLL_UNTRACKED: the archive counts such operations per communicator, and the report names the last
+// one entered). Counts are also logged once, at finalize (which never runs in a crash).
 #include "profiler_core.hpp"
 
 #include <oomflight/oomflight.h>
@@ -58,6 +61,7 @@ struct alignas(kHandleAlign) Slot {
   std::atomic<std::uint64_t> state{0};
   Context* context = nullptr;
   std::uint32_t channels = 0;          // kernel channels to expect
+  bool host_end_recorded = false;      // its stopEvent recorded a host end (before any channel event was seen)
   oomflight_collective record{};       // the start's record; the end is the same with phase and flags changed
 };
 static_assert(alignof(Slot) == kHandleAlign && sizeof(Slot) == kHandleAlign);
@@ -77,9 +81,9 @@ struct Context {
   // k-th send to B need not be B's k-th receive.
   std::atomic<std::uint64_t> p2p_seq{0};
   // Counted on the rare paths only, logged at finalize.
-  std::atomic<std::uint64_t> dropped{0};      // a start with every reachable slot in use
+  std::atomic<std::uint64_t> dropped{0};      // a start with every slot in use: recorded untracked
   std::atomic<std::uint64_t> stale{0};        // a channel event for an operation whose slot was taken over
-  std::atomic<std::uint64_t> unfinished{0};   // slots taken over before their device end came
+  std::atomic<std::uint64_t> unfinished{0};   // slots taken over before their device end came: an untracked end
   std::array<Slot, kSlots> slots;
 };
 
@@ -135,24 +139,72 @@ void register_communicator(Context& c) {
   if (rc != OOMFLIGHT_ESTATE) c.registered.store(true, std::memory_order_relaxed);  // done, or never possible
 }
 
-// Claims the next slot round robin, taking over one whose device end never came; nullptr when it is in use.
+void record_end(const Slot& slot, std::uint32_t flags) {
+  oomflight_collective end = slot.record;
+  end.phase = OOMFLIGHT_COLL_END;
+  end.flags = flags;
+  oomflight_record_collective(&end);
+}
+
+// A slot taken over before its operation's device end came: the archive says the operation is no longer followed
+// (an end flagged untracked; a host end recorded before stays its end), and the count is logged at finalize. Called
+// by the thread that now owns the slot, before it writes the new operation's record over the old one.
+void give_up(Slot& slot) {
+  slot.context->unfinished.fetch_add(1, std::memory_order_relaxed);
+  if (!slot.host_end_recorded) record_end(slot, OOMFLIGHT_COLL_UNTRACKED);
+}
+
+// A slot that nothing can still use although it is busy: its host stop came and no channel runs; only its device
+// end is missing (a NCCL that sends no channel events, or channels that have not started yet).
+bool can_take_over(std::uint64_t s) { return (s & kHostOpen) == 0 && running(s) == 0; }
+
+// Claims a slot for an operation, starting at the next one round robin and probing onwards: the first free slot,
+// else (once the whole pool was seen busy) one that only waits for a device end, which is then given up on; nullptr
+// when every slot holds an operation still in flight. Probing, not giving up on a busy slot: with 16 threads each
+// having one operation in flight, a round-robin claim that gave up found a busy slot for 0.9% of operations
+// (issue 30). The first probe is free in the common case; a probe is one relaxed load.
 Slot* claim(Context& c, std::uint32_t channels, std::uint64_t* gen) {
-  Slot& slot = c.slots[c.next_slot.fetch_add(1, std::memory_order_relaxed) & (kSlots - 1)];
-  std::uint64_t s = slot.state.load(std::memory_order_acquire);
-  for (;;) {
-    const bool taken_over = (s & kBusy) != 0;
-    if (taken_over && ((s & kHostOpen) != 0 || running(s) != 0)) {
-      c.dropped.fetch_add(1, std::memory_order_relaxed);
-      return nullptr;
+  const std::uint64_t first = c.next_slot.fetch_add(1, std::memory_order_relaxed);
+  // A communicator that has shown no channel event has no device end coming: a slot waiting for one is as good as
+  // free, and is taken at once rather than after a scan of the pool.
+  const bool device_ends = c.saw_kernel_channel.load(std::memory_order_relaxed);
+  Slot* fallback = nullptr;
+  for (std::size_t probe = 0; probe < kSlots; ++probe) {
+    Slot& slot = c.slots[(first + probe) & (kSlots - 1)];
+    std::uint64_t s = slot.state.load(std::memory_order_acquire);
+    if ((s & kBusy) != 0) {
+      if (!can_take_over(s)) continue;
+      if (device_ends) {
+        if (fallback == nullptr) fallback = &slot;
+        continue;
+      }
     }
-    const std::uint64_t next =
-        ((generation(s) + 1) << 32) | kBusy | kHostOpen | (channels > 0 ? kDeviceOpen : 0);
-    if (slot.state.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      if (taken_over) c.unfinished.fetch_add(1, std::memory_order_relaxed);
-      *gen = generation(next);
-      return &slot;
+    for (;;) {
+      const bool busy = (s & kBusy) != 0;
+      if (busy && !can_take_over(s)) break;  // claimed by another thread meanwhile: probe on
+      if (busy && device_ends) break;        // became a take-over candidate meanwhile: rather a free one
+      const std::uint64_t next = ((generation(s) + 1) << 32) | kBusy | kHostOpen | (channels > 0 ? kDeviceOpen : 0);
+      if (slot.state.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        if (busy) give_up(slot);
+        *gen = generation(next);
+        return &slot;
+      }
     }
   }
+  // The pool held no free slot: take over one that only waits for its device end.
+  if (fallback != nullptr) {
+    std::uint64_t s = fallback->state.load(std::memory_order_acquire);
+    while ((s & kBusy) == 0 || can_take_over(s)) {
+      const bool busy = (s & kBusy) != 0;
+      const std::uint64_t next = ((generation(s) + 1) << 32) | kBusy | kHostOpen | (channels > 0 ? kDeviceOpen : 0);
+      if (fallback->state.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        if (busy) give_up(*fallback);
+        *gen = generation(next);
+        return fallback;
+      }
+    }
+  }
+  return nullptr;
 }
 
 // Clears `bits` (and, with `release_channel`, one running channel); frees the slot when nothing can use it.
@@ -165,20 +217,15 @@ void settle(Slot& slot, std::uint64_t bits, bool release_channel) {
   }
 }
 
-void record_end(const Slot& slot, std::uint32_t flags) {
-  oomflight_collective end = slot.record;
-  end.phase = OOMFLIGHT_COLL_END;
-  end.flags = flags;
-  oomflight_record_collective(&end);
-}
-
 Result start_operation(Context& c, void** handle, const Event& e) {
   const bool p2p = e.kind == Event::Kind::p2p;
   const std::uint32_t channels = e.count > 0 && e.channels > 0 ? static_cast<std::uint32_t>(e.channels) : 0;
   std::uint64_t gen = 0;
   Slot* slot = claim(c, channels, &gen);
-  if (slot == nullptr) return kSuccess;
-  oomflight_collective& r = slot->record;
+  oomflight_collective untracked = OOMFLIGHT_COLLECTIVE_INIT;
+  // Every slot holds an operation in flight: the start is still recorded, flagged untracked (no handle, so no end
+  // of it will come), so that the archive counts it per communicator and names the last operation entered.
+  oomflight_collective& r = slot != nullptr ? slot->record : untracked;
   r = OOMFLIGHT_COLLECTIVE_INIT;
   r.op = op_of(e.func);
   r.comm_id = c.comm_id;
@@ -186,7 +233,16 @@ Result start_operation(Context& c, void** handle, const Event& e) {
   r.count = e.count;
   r.datatype = datatype_of(e.datatype);
   r.peer = p2p || has_root(r.op) ? (e.peer >= 0 ? e.peer : -1) : -1;
+  if (slot == nullptr) {
+    r.flags = OOMFLIGHT_COLL_UNTRACKED;
+    if (oomflight_record_collective(&r) == OOMFLIGHT_OK) {
+      c.dropped.fetch_add(1, std::memory_order_relaxed);
+      if (!c.registered.load(std::memory_order_relaxed)) register_communicator(c);
+    }
+    return kSuccess;
+  }
   slot->channels = channels;
+  slot->host_end_recorded = false;
   if (oomflight_record_collective(&r) != OOMFLIGHT_OK) {
     // oomflight is not initialised in this process (or refused the record): stay quiet, hand NCCL no handle.
     slot->state.store(free_state(slot->state.load(std::memory_order_relaxed)), std::memory_order_release);
@@ -234,7 +290,10 @@ void stop_kernel_channel(Slot& slot) {
 
 // The coll's or p2p's stopEvent: enqueued. A host end until the communicator shows kernel channel events.
 void stop_operation(Slot& slot) {
-  if (!slot.context->saw_kernel_channel.load(std::memory_order_relaxed)) record_end(slot, 0);
+  if (!slot.context->saw_kernel_channel.load(std::memory_order_relaxed)) {
+    record_end(slot, 0);
+    slot.host_end_recorded = true;  // published by settle's release, read by a claim that takes the slot over
+  }
   settle(slot, kHostOpen, false);
 }
 
@@ -309,8 +368,8 @@ Result finalize(void* context) noexcept {
   const auto dropped = c->dropped.load(), stale = c->stale.load(), unfinished = c->unfinished.load();
   if (dropped + stale + unfinished > 0) {
     log_line(*c, kLogInfo,
-             "oomflight profiler plugin: %llu operations not recorded (all slots in use), %llu kernel channel events "
-             "of operations no longer tracked, %llu operations whose device end never came",
+             "oomflight profiler plugin: %llu operations recorded untracked (all slots in use), %llu kernel channel "
+             "events of operations no longer tracked, %llu operations given up on before their device end came",
              dropped, stale, unfinished);
   }
   return kSuccess;

@@ -423,9 +423,12 @@ void observe(Plugin& p, std::int64_t device, std::size_t alloc_bytes, std::size_
   AllocatorState state;
   bool have_state = false;
   try {
+    // torch's own wording, with the device's capacity, not the cap torch hands its observers in its place.
+    const auto [capacity, cap] = p.tracker.capacity_and_cap(static_cast<int>(device), device_total);
     reason = "CUDA out of memory. Tried to allocate " + format_size(alloc_bytes) + ". GPU " + std::to_string(device) +
-             " has a total capacity of " + format_size(device_total) + " of which " + format_size(device_free) +
+             " has a total capacity of " + format_size(capacity) + " of which " + format_size(device_free) +
              " is free.";
+    if (cap != 0) reason += " " + format_size(cap) + " allowed; (torch.cuda.set_per_process_memory_fraction)";
     if (snapshot != nullptr) {
       rows = state_rows(p.api, *snapshot, static_cast<int>(device));
       state = AllocatorState{rows.segments.data(), rows.details.data(), rows.segments.size(), rows.blocks.data(),

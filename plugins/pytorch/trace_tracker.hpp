@@ -40,6 +40,7 @@ struct Memory {  ///< struct oomflight_memory
   std::uint32_t reserved0 = 0;
   std::uint64_t allocated_bytes = 0, reserved_bytes = 0, peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::uint64_t device_capacity_bytes = 0, device_free_bytes = 0;
+  std::uint64_t memory_cap_bytes = 0;  ///< since 0.2.1
 };
 struct Frame {  ///< struct oomflight_frame
   const char* function = nullptr;
@@ -79,7 +80,7 @@ struct DumpResult {  ///< struct oomflight_dump_result
   std::int64_t batch = -1;
   double seconds = 0.0;
 };
-static_assert(sizeof(Memory) == 56 && sizeof(DumpRequest) == 88 && sizeof(DumpResult) == 32 &&
+static_assert(sizeof(Memory) == 64 && sizeof(DumpRequest) == 88 && sizeof(DumpResult) == 32 &&
               sizeof(SegmentDetail) == 24);
 static_assert(sizeof(Frame) == 24 && sizeof(SegmentState) == 32 && sizeof(BlockState) == 32);
 }  // namespace abi
@@ -145,7 +146,8 @@ struct has_context<T, std::void_t<decltype(std::declval<const T&>().context_)>> 
 /// allocated_bytes at attach time); the OOM observer replaces it with torch's exact figures.
 struct DeviceGauges {
   std::atomic<std::int64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0};
-  std::atomic<std::uint64_t> capacity{0};
+  std::atomic<std::uint64_t> capacity{0};  ///< the device's total memory (seeded from its properties)
+  std::atomic<std::uint64_t> cap{0};       ///< the process's own cap (per-process memory fraction); 0: none seen
   std::atomic<bool> oom_entry_seen{false};  ///< an OOM trace entry since the last observer call
 };
 
@@ -229,8 +231,20 @@ class TraceTracker {
     publish(device, g, 0);
   }
 
-  /// The OutOfMemoryObserver body (device, the allocation torch tried, the device's total and free bytes, as
-  /// torch passes them). Records the oom event if the trace did not (torch before 2.4 recorded it only with
+  /// The device's capacity and the process's cap behind the `device_total` torch hands its OOM observers: torch
+  /// passes `set_fraction ? allowed_memory_maximum : device_total` (c10/cuda/CUDACachingAllocator.cpp), so under
+  /// torch.cuda.set_per_process_memory_fraction the figure is the cap, below the device's own capacity (seeded from
+  /// its properties at attach). Issue 30: a 4 GiB cap on a 139.80 GiB H200 was reported as the device's capacity.
+  /// {capacity, cap}; cap 0 when there is none; with no seeded capacity the figure is taken as the capacity.
+  std::pair<std::uint64_t, std::uint64_t> capacity_and_cap(int device, std::uint64_t device_total) const noexcept {
+    const std::uint64_t seeded =
+        device >= 0 && device < abi::kMaxDevices ? gauges_[device].capacity.load(std::memory_order_relaxed) : 0;
+    if (seeded != 0 && device_total != 0 && device_total < seeded) return {seeded, device_total};
+    return {device_total != 0 ? device_total : seeded, 0};
+  }
+
+  /// The OutOfMemoryObserver body (device, the allocation torch tried, the device's total or the process's cap
+  /// (capacity_and_cap), and the free bytes, as torch passes them). Records the oom event if the trace did not (torch before 2.4 recorded it only with
   /// memory history on), publishes the exact figures when given, and asks every rank for an oom dump; returns
   /// once the dump is written. `reason` is the text for the archive; may be nullptr. `state`, when given, is sent
   /// with the request (the 0.2.1 request, segment details included): the origin's /state_segments and
@@ -249,7 +263,9 @@ class TraceTracker {
         g.peak_allocated.store(exact->peak_allocated, std::memory_order_relaxed);
         g.peak_reserved.store(exact->peak_reserved, std::memory_order_relaxed);
       }
-      if (device_total != 0) g.capacity.store(device_total, std::memory_order_relaxed);
+      const auto [capacity, cap] = capacity_and_cap(device, device_total);
+      if (capacity != 0) g.capacity.store(capacity, std::memory_order_relaxed);
+      g.cap.store(cap, std::memory_order_relaxed);
       publish(device, g, device_free);
     } else {
       api_.record(abi::kOom, device, device_free, alloc_bytes, 0, -1);
@@ -296,6 +312,7 @@ class TraceTracker {
     m.peak_reserved_bytes = clamp(g.peak_reserved.load(std::memory_order_relaxed));
     m.device_capacity_bytes = g.capacity.load(std::memory_order_relaxed);
     m.device_free_bytes = device_free;
+    m.memory_cap_bytes = g.cap.load(std::memory_order_relaxed);
     api_.set_memory(device, &m);
   }
 

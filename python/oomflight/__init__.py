@@ -145,11 +145,12 @@ def intern_stack(frames: _Iterable[tuple[str, str, int]]) -> int:
 
 
 def set_memory(device: int, *, allocated: int = 0, reserved: int = 0, peak_allocated: int = 0,
-               peak_reserved: int = 0, capacity: int = 0, free: int = 0) -> None:
+               peak_reserved: int = 0, capacity: int = 0, free: int = 0, cap: int = 0) -> None:
     """Publishes one device's memory figures in bytes (torch.cuda.memory_allocated / memory_reserved meanings;
-    capacity and free as cudaMemGetInfo reports them); a dump reports the last figures of its device."""
+    capacity and free as cudaMemGetInfo reports them; cap: the process's own limit below the capacity, as
+    torch.cuda.set_per_process_memory_fraction sets it, 0 for none); a dump reports the last figures of its device."""
     m = _capi.Memory(_ctypes.sizeof(_capi.Memory), 0, allocated, reserved, peak_allocated, peak_reserved, capacity,
-                     free)
+                     free, cap)
     _capi.check(_capi.library().oomflight_set_memory(device, _ctypes.byref(m)))
 
 

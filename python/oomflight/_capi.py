@@ -90,6 +90,7 @@ class Memory(ctypes.Structure):
         ("peak_reserved_bytes", ctypes.c_uint64),
         ("device_capacity_bytes", ctypes.c_uint64),
         ("device_free_bytes", ctypes.c_uint64),
+        ("memory_cap_bytes", ctypes.c_uint64),  # since 0.2.1
     ]
 
 
@@ -120,7 +121,7 @@ class DumpResultStruct(ctypes.Structure):
 
 
 # The header's static_asserts, checked again on this side of the boundary.
-assert ctypes.sizeof(Memory) == 56 and ctypes.sizeof(DumpRequest) == 48
+assert ctypes.sizeof(Memory) == 64 and ctypes.sizeof(DumpRequest) == 48
 assert ctypes.sizeof(DumpResultStruct) == 32 and ctypes.sizeof(Frame) == 24
 
 

@@ -152,8 +152,16 @@ def archive_summary(path):
         origins = [int(x) for x in f.attrs["origin_ranks"]]
         ranks = sorted(int(row["rank"]) for row in f["ranks"][()])
         reason = f.attrs["reason"].decode() if isinstance(f.attrs["reason"], bytes) else str(f.attrs["reason"])
+        rows = f["ranks"][()]
+        names = rows.dtype.names
+        # The origin's figures: the device's capacity and free memory as the driver gives them, the cap apart
+        # (archives before issue 30's fix have no memory_cap_bytes).
+        figures = [{"capacity": int(r["device_capacity_bytes"]), "free": int(r["device_free_bytes"]),
+                    "cap": int(r["memory_cap_bytes"]) if "memory_cap_bytes" in names else None}
+                   for r in rows if int(r["is_origin"])]
     segments, blocks = state_rows(path)
-    return {"origins": origins, "ranks": ranks, "reason": reason, "segments": segments, "blocks": blocks}
+    return {"origins": origins, "ranks": ranks, "reason": reason, "segments": segments, "blocks": blocks,
+            "figures": figures}
 
 
 def snapshot_rows(snapshot, device):
@@ -183,7 +191,9 @@ try:
 except torch.OutOfMemoryError as e:
     import pickle
     pickle.dump(torch.cuda.memory._snapshot(), open({str(out / "capped.pickle")!r}, "wb"))
-    print(json.dumps({{"error": str(e).splitlines()[0], "path": oomflight._capi.library().oomflight_last_dump_path().decode()}}))
+    free, total = torch.cuda.mem_get_info(0)
+    print(json.dumps({{"error": str(e).splitlines()[0], "path": oomflight._capi.library().oomflight_last_dump_path().decode(),
+                      "total_memory": torch.cuda.get_device_properties(0).total_memory, "free": free}}))
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     if r.returncode != 0 or not r.stdout.strip():
@@ -194,10 +204,15 @@ except torch.OutOfMemoryError as e:
     with open(out / "capped.pickle", "rb") as fh:
         snap = pickle.load(fh)
     ours, theirs = (tuples(summary["segments"]), tuples(summary["blocks"])), snapshot_rows(snap, 0)
-    ok = origins == [0] and ranks == [0] and ours == theirs
+    # Issue 30: the device's capacity is the device's (not the 2% cap torch hands its observer), the cap is apart.
+    figures = summary["figures"][0] if summary["figures"] else {}
+    cap_apart = (figures.get("capacity") == result["total_memory"] and figures.get("cap") is not None
+                 and 0 < figures["cap"] < figures["capacity"] and " allowed; " in reason)
+    ok = origins == [0] and ranks == [0] and ours == theirs and cap_apart
     return {"ok": ok, "archive": result["path"], "torch_error": result["error"], "reason": reason,
             "origins": origins, "segments": [len(ours[0]), len(theirs[0])], "blocks": [len(ours[1]), len(theirs[1])],
-            "state_equal": ours == theirs}
+            "state_equal": ours == theirs, "figures": figures, "total_memory": result["total_memory"],
+            "cap_apart_from_capacity": cap_apart}
 
 
 def run_job(cmd, cwd, timeout=600):

@@ -222,6 +222,53 @@ TEST(Collectives, TwoHundredThousandHostileRowsAreJudgedRowForRow) {
   EXPECT_EQ(sentences, kRows + 1);
 }
 
+// Untracked operations (OOMFLIGHT_COLL_UNTRACKED): a start the source could not follow, and an end where it gave an
+// operation up. Neither is in flight nor finished; the frontier is the newest entered, and the count is said.
+TEST(Collectives, UntrackedOperationsAreEnteredNeitherInFlightNorFinished) {
+  Builder b(2);
+  b.op(0, 0, true).op(0, 1, false);  // rank 0: #0 done, #1 without an end (tracked)
+  b.op(0, 2, false);
+  b.a.collectives.back().flags = kCollectiveUntracked;  // #2 never followed
+  b.op(0, 3, false);
+  CollectiveRow given_up = b.a.collectives.back();  // #3 followed, then given up before its end
+  given_up.phase = CollectivePhase::end;
+  given_up.flags = kCollectiveUntracked;
+  given_up.t_ns += 10;
+  b.a.collectives.push_back(given_up);
+  b.op(1, 0, true).op(1, 1, true).op(1, 2, true).op(1, 3, true);  // rank 1 finished all four
+  // A given-up end after a real end says nothing new.
+  CollectiveRow late = b.a.collectives.back();
+  late.flags = kCollectiveUntracked;
+  late.t_ns += 10;
+  b.a.collectives.push_back(late);
+  const CollectiveAnalysis c = analyze_collectives(b.a);
+  const RankCollectiveState& r0 = c.ranks[0];
+  ASSERT_EQ(r0.operations.size(), 4u);
+  EXPECT_TRUE(r0.operations[2].untracked);
+  EXPECT_TRUE(r0.operations[3].untracked);
+  EXPECT_FALSE(r0.operations[3].finished());
+  EXPECT_EQ(r0.in_flight, 1);
+  EXPECT_EQ(r0.last_entered, 3);
+  EXPECT_EQ(r0.last_finished, 0);
+  EXPECT_EQ(r0.untracked, 2u);
+  EXPECT_EQ(c.ranks[1].untracked, 0u);
+  EXPECT_TRUE(c.ranks[1].operations[3].finished());
+  ASSERT_EQ(c.communicators.size(), 1u);
+  const CommunicatorVerdict& v = c.communicators[0];
+  EXPECT_EQ(v.seq, 3u);
+  EXPECT_EQ(v.entered_untracked, (std::vector<int>{0}));
+  EXPECT_EQ(v.finished, (std::vector<int>{1}));
+  EXPECT_TRUE(v.waiting.empty());
+  EXPECT_EQ(v.untracked, 2u);
+  const auto lines = describe_verdict(b.a, c, v);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "rank 1 finished allreduce #3 on the world communicator (2 ranks; 8.00 MiB) (rank 0 entered it "
+                      "too, untracked)");
+  EXPECT_EQ(lines[1], "2 operations on the world communicator were not followed to their end by their source (the "
+                      "NCCL plugin follows at most 1024 in flight per communicator): whether they finished is not "
+                      "known");
+}
+
 TEST(Collectives, AnArchiveWithoutCollectivesIsEmpty) {
   Builder b(3, {1});
   EXPECT_TRUE(analyze_collectives(b.a).empty());

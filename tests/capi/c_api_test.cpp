@@ -490,6 +490,29 @@ TEST_F(CApi, TriggerOomRecordsTheEventOnItsDeviceAndDumps) {
   EXPECT_EQ(std::string(oomflight_last_dump_path()), path("oom.0-1.h5"));
 }
 
+// An OutOfMemoryError that no allocator hook saw: the caller has its message only (the excepthook path), and the
+// figures the message states reach the row, marked as the message's; a figure the caller gives is kept (issue 30).
+TEST_F(CApi, AnOomWithItsMessageOnlyTakesTheFiguresTheMessageStates) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  const char* message =
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+      "139.80 GiB of which 133.65 GiB is free. Including non-PyTorch memory, this process has 3.90 GiB memory in "
+      "use. 4.00 GiB allowed; Of the allocated memory 3.50 GiB is allocated by PyTorch";
+  ASSERT_EQ(oomflight_trigger_oom(0, message, 0, 0), OOMFLIGHT_OK) << last_error();
+  const Archive archive = read_archive(oomflight_last_dump_path());
+  const RankRow& row = archive.ranks.at(0);
+  EXPECT_EQ(row.oom_requested_bytes, 2ull << 30);
+  EXPECT_EQ(row.device_capacity_bytes, static_cast<std::uint64_t>(139.80 * (1ull << 30) + 0.5));
+  EXPECT_EQ(row.device_free_bytes, static_cast<std::uint64_t>(133.65 * (1ull << 30) + 0.5));
+  EXPECT_EQ(row.memory_cap_bytes, 4ull << 30);
+  EXPECT_EQ(row.numbers_from_message, kFromMessageRequested | kFromMessageDevice | kFromMessageCap);
+  // The allocator's own figures win over the message's.
+  ASSERT_EQ(oomflight_trigger_oom(0, message, 3ull << 30, 0), OOMFLIGHT_OK) << last_error();
+  const RankRow& second = read_archive(oomflight_last_dump_path()).ranks.at(0);
+  EXPECT_EQ(second.oom_requested_bytes, 3ull << 30);
+  EXPECT_EQ(second.numbers_from_message, kFromMessageDevice | kFromMessageCap);
+}
+
 TEST_F(CApi, ExplicitSettingsOverrideTheEnvironmentAndAreCheckedAlike) {
   setenv("OOMFLIGHT_MAX_ENTRIES", "lots", 1);  // overridden: never parsed
   const char* names[] = {"OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_RUN_NAME"};

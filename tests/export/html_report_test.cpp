@@ -141,7 +141,7 @@ TEST(HtmlReport, ShowsEveryRankAndMarksTheOrigin) {
            "<h2>Live memory on rank 1 by call site</h2>",
            "4 blocks x 100.00 MiB",
            "<h2>Rank 1 against its 2 peers</h2>",
-           "<h2>Headroom against capacity</h2>",
+           "<h2>Headroom against the limit</h2>",
            "<pre id=\"errors\" hidden></pre>",
            "document.body.dataset.rendered = '1';",
        }) {

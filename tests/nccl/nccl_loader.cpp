@@ -2,7 +2,7 @@
 // libnccl-profiler.so, a name -> libnccl-profiler-NAME.so, a path -> that file; dlopen RTLD_NOW | RTLD_LOCAL,
 // dlsym ncclProfiler_vN) and calls it with the events NCCL would send, in NCCL's layouts (profiler_abi.hpp).
 // Links liboomflight (as the job's framework would load it), not the plugin. No GPU, no NCCL.
-//   oomflight_nccl_loader VERSION [N [quiet|threads]]
+//   oomflight_nccl_loader VERSION [N [quiet|threads|pool|many]]
 // VERSION: v4, v5 or v6. N (default 5): allreduces; they are, on communicator 0x1234abcd "test-comm" of the
 // MPI world's ranks, in this order:
 //   allreduce seq 0, its stopEvent before its two kernel channels (the host end comes first, then the device's);
@@ -16,6 +16,10 @@
 // threads: one process; the main thread starts and stops N allreduces (seq 0 .. N-1, two channels each) while a
 // second thread, as NCCL's proxy thread, reports each one's two kernel channels (at most 256 operations in
 // flight: the plugin's 1024 slots must never run out), then the dump.
+// pool: one thread starts N allreduces (seq 0 .. N-1, two channels each) and stops none, past the plugin's pool of
+// 1024 operations in flight: the first 1024 get a handle, the others none (they are recorded untracked); the dump.
+// many: 16 threads on the one communicator, each with at most one operation in flight: start (seq from a shared
+// counter), its two kernel channels, its stop; N operations in all. Every start must get a handle. Then the dump.
 // Exits 0 on success, 1 with a message on stderr.
 #include <dlfcn.h>
 #include <mpi.h>
@@ -99,6 +103,9 @@ class Driver {
   }
 
   void* coll(const char* func, std::uint64_t seq, int root, int channels) {
+    return start(coll_descr(func, seq, root, channels), func, true);
+  }
+  Descr coll_descr(const char* func, std::uint64_t seq, int root, int channels) {
     Descr d{};
     d.type = static_cast<decltype(d.type)>(nccl::kColl);
     d.rank = g_rank;
@@ -110,7 +117,7 @@ class Driver {
     d.coll.nChannels = static_cast<std::uint8_t>(channels);
     d.coll.algo = "RING";
     d.coll.proto = "SIMPLE";
-    return start(d, func, true);
+    return d;
   }
   void* send(int peer) {
     Descr d{};
@@ -169,6 +176,32 @@ class Driver {
     coll("AllReduce", static_cast<std::uint64_t>(n - 1), 0, 2);  // never completes
   }
 
+  void run_pool(int n) {
+    constexpr int kPool = 1024;  // profiler_core.cpp's kSlots
+    for (int seq = 0; seq < n; ++seq) {
+      Descr d = coll_descr("AllReduce", static_cast<std::uint64_t>(seq), 0, 2);
+      start(d, "AllReduce", seq < kPool);
+    }
+  }
+
+  void run_many(int n) {
+    constexpr int kThreads = 16;
+    std::atomic<std::uint64_t> next_seq{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (;;) {
+          const std::uint64_t seq = next_seq.fetch_add(1);
+          if (seq >= static_cast<std::uint64_t>(n)) return;
+          void* h = coll("AllReduce", seq, 0, 2);
+          kernel_channels(h, 2);
+          stop(h, "AllReduce");
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
   void run_threads(int n) {
     constexpr std::uint64_t kInFlight = 256;
     std::vector<std::atomic<void*>> queue(kInFlight);
@@ -201,7 +234,7 @@ class Driver {
 };
 
 template <typename Profiler, typename Descr>
-void drive(void* symbol, int rank, int nranks, int n, bool quiet, bool threads) {
+void drive(void* symbol, int rank, int nranks, int n, bool quiet, const std::string& mode) {
   const auto& p = *static_cast<const Profiler*>(symbol);
   if (p.name == nullptr || std::strcmp(p.name, "oomflight") != 0) fail("the plugin's name is not \"oomflight\"");
   void* ctx = nullptr;
@@ -214,8 +247,12 @@ void drive(void* symbol, int rank, int nranks, int n, bool quiet, bool threads) 
   if ((mask & wanted) != wanted) fail("init's activation mask " + std::to_string(mask) + " lacks Coll, P2p or KernelCh");
   if (ctx == nullptr) fail("init gave no context");
   Driver<Profiler, Descr> driver(p, ctx, quiet);
-  if (threads) {
+  if (mode == "threads") {
     driver.run_threads(n);
+  } else if (mode == "pool") {
+    driver.run_pool(n);
+  } else if (mode == "many") {
+    driver.run_many(n);
   } else {
     driver.run(rank, nranks, n);
   }
@@ -242,11 +279,11 @@ void drive(void* symbol, int rank, int nranks, int n, bool quiet, bool threads) 
 int main(int argc, char** argv) {
   const std::string version = argc > 1 ? argv[1] : "v5";
   const int n = argc > 2 ? std::atoi(argv[2]) : 5;
-  const bool quiet = argc > 3 && std::strcmp(argv[3], "quiet") == 0;
-  const bool threads = argc > 3 && std::strcmp(argv[3], "threads") == 0;
+  const std::string mode = argc > 3 ? argv[3] : "";
+  const bool quiet = mode == "quiet";
   if ((version != "v4" && version != "v5" && version != "v6") || n < 2 || n > 10000000 ||
-      (argc > 3 && !quiet && !threads)) {
-    std::fprintf(stderr, "usage: %s v4|v5|v6 [N (2 .. 10^7) [quiet|threads]]\n", argv[0]);
+      (argc > 3 && mode != "quiet" && mode != "threads" && mode != "pool" && mode != "many")) {
+    std::fprintf(stderr, "usage: %s v4|v5|v6 [N (2 .. 10^7) [quiet|threads|pool|many]]\n", argv[0]);
     return 2;
   }
   int rank = 0, nranks = 1;
@@ -267,11 +304,11 @@ int main(int argc, char** argv) {
   if (symbol == nullptr) {
     fail("ncclProfiler_" + version + " not found");
   } else if (version == "v4") {
-    drive<nccl::ProfilerV4, nccl::EventDescrV4>(symbol, rank, nranks, n, quiet, threads);
+    drive<nccl::ProfilerV4, nccl::EventDescrV4>(symbol, rank, nranks, n, quiet, mode);
   } else if (version == "v5") {
-    drive<nccl::ProfilerV5, nccl::EventDescrV5>(symbol, rank, nranks, n, quiet, threads);
+    drive<nccl::ProfilerV5, nccl::EventDescrV5>(symbol, rank, nranks, n, quiet, mode);
   } else {
-    drive<nccl::ProfilerV6, nccl::EventDescrV6>(symbol, rank, nranks, n, quiet, threads);
+    drive<nccl::ProfilerV6, nccl::EventDescrV6>(symbol, rank, nranks, n, quiet, mode);
   }
   if (dlclose(lib) != 0) fail(std::string("dlclose: ") + dlerror());
   if (!quiet && oomflight_shutdown() != OOMFLIGHT_OK) fail(std::string("oomflight_shutdown: ") + oomflight_last_error());

@@ -29,6 +29,7 @@ ALLREDUCE, BROADCAST, SEND = 0, 3, 6
 FLOAT32, BFLOAT16 = 7, 9
 START, END = 0, 1
 DEVICE = 1  # OOMFLIGHT_COLL_DEVICE_COMPLETION
+UNTRACKED = 2  # OOMFLIGHT_COLL_UNTRACKED
 
 
 def expected_rows(rank: int, nranks: int):
@@ -149,6 +150,63 @@ class ProfilerPlugin(unittest.TestCase):
         self.assertTrue(all(seq < min(start_at) for seq in set(end_at) - set(start_at)),
                         "an end without its start only where the start was pushed out of the history")
         self.assertEqual(max(start_at), ops - 1)
+
+    def loader_archive(self, name: str, args: list[str]):
+        work = self.workdir(name)
+        env = {**ENV, "NCCL_PROFILER_PLUGIN": PLUGIN, "OOMFLIGHT_RUN_NAME": name}
+        proc = subprocess.run([LOADER, *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        archives = sorted((work / name / "oomflight").glob("*.h5"))
+        self.assertEqual(len(archives), 1, proc.stdout + proc.stderr)
+        return archives[0], proc.stderr
+
+    def test_past_the_pool_every_start_is_recorded_and_the_untracked_counted(self):
+        # 2,000 allreduces started and none stopped, past the pool of 1,024 operations in flight: before (issue 30)
+        # 976 starts were dropped, the archive held 1,024 rows and the report said the rank "waits in allreduce
+        # #1023". Now every start is in the archive, those without a slot flagged untracked, and the report names
+        # the last one entered and counts the rest.
+        for version in ("v4", "v5", "v6"):
+            with self.subTest(version=version):
+                archive, log = self.loader_archive(f"pool-{version}", [version, "2000", "pool"])
+                with h5py.File(archive, "r") as f:
+                    collectives = f["collectives"][...]
+                mine = collectives[collectives["comm_id"] == COMM]
+                self.assertEqual([int(s) for s in mine["seq"]], list(range(2000)))
+                self.assertTrue((mine["phase"] == START).all())
+                self.assertEqual([int(x) for x in mine["flags"]], [0] * 1024 + [UNTRACKED] * 976)
+                self.assertIn("976 operations recorded untracked (all slots in use)", log)
+                report = subprocess.run([CLI, "report", str(archive)], capture_output=True, text=True, timeout=120)
+                self.assertEqual(report.returncode, 0, report.stderr)
+                text = report.stdout
+                for expected in (
+                        "rank 0 entered allreduce #1999 on communicator 'test-comm' (1 ranks; 4.00 MiB), and whether it "
+                        "finished it is not known (untracked)",
+                        "976 operations on communicator 'test-comm' were not followed to their end by their source",
+                        "    rank 0: last entered allreduce #1999 (4.00 MiB) in batch 0",
+                        "the newest tracked operation without an end: allreduce #1023 (4.00 MiB)",
+                        "      976 of its operations untracked"):
+                    self.assertIn(expected, text)
+                self.assertNotIn("waits in allreduce #1023", text)
+
+    def test_sixteen_threads_with_one_operation_each_lose_none(self):
+        # Each thread has at most one operation in flight, 16 in all, against 1,024 slots: before (issue 30) a claim
+        # that landed on another thread's busy slot gave up, and 0.9% of the operations were lost.
+        ops = 400000
+        archive, log = self.loader_archive("many", ["v6", str(ops), "many"])
+        self.assertNotIn("untracked", log)
+        self.assertNotIn("given up on", log)
+        with h5py.File(archive, "r") as f:
+            collectives = f["collectives"][...]
+            ranks = f["ranks"][...]
+        self.assertGreaterEqual(int(ranks[0]["collectives_recorded"]), 2 * ops)
+        mine = collectives[collectives["comm_id"] == COMM]
+        self.assertFalse((mine["flags"] & UNTRACKED).any())
+        starts = {int(r["seq"]) for r in mine if int(r["phase"]) == START}
+        device_ends = {int(r["seq"]) for r in mine if int(r["phase"]) == END and int(r["flags"]) == DEVICE}
+        self.assertGreater(len(starts), 1000)
+        # Every start the history kept has its device end, but the few whose end was still to come at the freeze:
+        # none here, every thread stops its operation before the dump.
+        self.assertEqual(starts - device_ends, set())
 
     def test_quiet_without_oomflight(self):
         # NCCL_PROFILER_PLUGIN unset: NCCL opens libnccl-profiler.so, here a link to the plugin on the library path

@@ -34,7 +34,8 @@ static_assert(tp::abi::kAlloc == OOMFLIGHT_ALLOC && tp::abi::kFreeRequested == O
 static_assert(tp::abi::kDumpOom == OOMFLIGHT_DUMP_OOM && tp::abi::kDumpSignal == OOMFLIGHT_DUMP_SIGNAL &&
               tp::abi::kLogWarn == OOMFLIGHT_LOG_WARN);
 static_assert(sizeof(tp::abi::Memory) == sizeof(oomflight_memory) &&
-              offsetof(tp::abi::Memory, device_free_bytes) == offsetof(oomflight_memory, device_free_bytes));
+              offsetof(tp::abi::Memory, device_free_bytes) == offsetof(oomflight_memory, device_free_bytes) &&
+              offsetof(tp::abi::Memory, memory_cap_bytes) == offsetof(oomflight_memory, memory_cap_bytes));
 // The plugin passes the 0.2.1 request (allocator state and segment details), laid out as the header's.
 static_assert(sizeof(tp::abi::DumpRequest) == sizeof(oomflight_dump_request) &&
               offsetof(tp::abi::DumpRequest, batch) == offsetof(oomflight_dump_request, batch) &&

@@ -46,11 +46,32 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
   std::map<Key, std::size_t> newest;  // key -> index of the newest operation of that key, ended or not
   for (const CollectiveRow& r : rows) {
     const Key key{r.comm_id, r.op, r.seq};
+    const bool untracked = (r.flags & kCollectiveUntracked) != 0;
     if (r.phase == CollectivePhase::start) {
       RankOperation op = operation_of(r);
       op.start_t_ns = r.t_ns;
-      open[key] = newest[key] = ops.size();
+      op.untracked = untracked;
+      if (untracked) {
+        open.erase(key);  // no end of it will come
+      } else {
+        open[key] = ops.size();
+      }
+      newest[key] = ops.size();
       ops.push_back(op);
+      continue;
+    }
+    if (untracked) {
+      // The source stopped following it: an open operation's end is not known. After an end, or for an operation
+      // already untracked, it says nothing new.
+      if (auto it = open.find(key); it != open.end()) {
+        ops[it->second].untracked = true;
+        open.erase(it);
+      } else if (newest.find(key) == newest.end()) {
+        RankOperation op = operation_of(r);  // its start was overwritten
+        op.untracked = true;
+        newest[key] = ops.size();
+        ops.push_back(op);
+      }
       continue;
     }
     const bool device = (r.flags & kCollectiveDeviceCompletion) != 0;
@@ -64,7 +85,7 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
     if (auto it = newest.find(key); it != newest.end()) {
       // A second end (the device's after the host's) of a known operation.
       RankOperation& done = ops[it->second];
-      if (device && !done.device_completion) {
+      if (device && !done.device_completion && !done.untracked) {
         done.end_t_ns = r.t_ns;
         done.device_completion = true;
       }
@@ -109,7 +130,12 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
       const RankOperation& op = s.operations[static_cast<std::size_t>(i)];
       RankCollectiveState::OnCommunicator& on = by_comm[op.comm_id];
       on.comm_id = op.comm_id;
-      if (op.finished()) {
+      s.last_entered = i;
+      on.last_entered = i;
+      if (op.untracked) {
+        ++s.untracked;
+        ++on.untracked;
+      } else if (op.finished()) {
         s.last_finished = i;  // oldest first: the last one with an end is the newest
         on.last_finished = i;
         if (op.device_completion) on.last_device_finished = i;
@@ -161,9 +187,10 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
       const auto it = standing.find(rank);
       const std::int64_t newest = it == standing.end() ? -1 : it->second.newest;
       v.newest_seq.push_back(newest);
+      if (const RankCollectiveState::OnCommunicator* on = s.on(v.comm_id)) v.untracked += on->untracked;
       if (it != standing.end() && newest == static_cast<std::int64_t>(v.seq)) {
         const RankOperation& at_frontier = s.operations[static_cast<std::size_t>(it->second.at_newest)];
-        (at_frontier.finished() ? v.finished : v.waiting).push_back(rank);
+        (at_frontier.untracked ? v.entered_untracked : at_frontier.finished() ? v.finished : v.waiting).push_back(rank);
         continue;
       }
       (newest + 1 == static_cast<std::int64_t>(v.seq) ? v.short_of_it : v.behind).push_back(rank);
@@ -225,7 +252,10 @@ std::string describe_last_finished(const RankCollectiveState& s, std::uint64_t c
 std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnalysis& analysis,
                                           const CommunicatorVerdict& v) {
   std::vector<std::string> lines;
-  if (v.waiting.empty() && v.short_of_it.empty() && v.behind.empty()) return lines;
+  if (v.waiting.empty() && v.short_of_it.empty() && v.behind.empty() && v.entered_untracked.empty() &&
+      v.untracked == 0) {
+    return lines;
+  }
   const auto state = [&](int rank) -> const RankCollectiveState& { return *analysis.rank_state(rank); };
   const std::string what = fmt::format("{} #{} on {} ({}{})", collective_op_name(v.op), v.seq, communicator_label(v),
                                        v.size > 0 ? fmt::format("{} ranks; ", v.size) : "", format_bytes(v.bytes));
@@ -239,8 +269,14 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
   std::string first;
   if (!v.waiting.empty()) {
     first = fmt::format("{} {} in {}", ranks_text(v.waiting), v.waiting.size() == 1 ? "waits" : "wait", what);
-  } else {
+  } else if (!v.finished.empty()) {
     first = fmt::format("{} finished {}", ranks_text(v.finished), what);
+  } else {
+    first = fmt::format("{} entered {}, and whether {} finished it is not known (untracked)",
+                        ranks_text(v.entered_untracked), what, v.entered_untracked.size() == 1 ? "it" : "they");
+  }
+  if (!v.entered_untracked.empty() && (!v.waiting.empty() || !v.finished.empty())) {
+    first += fmt::format(" ({} entered it too, untracked)", ranks_text(v.entered_untracked));
   }
   if (!missing_origins.empty()) {
     std::vector<std::string> why;
@@ -280,6 +316,13 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
                                   rank, newest < 0 ? fmt::format("{} (it entered none)", short_by) : std::to_string(short_by),
                                   s.batch, last));
     }
+  }
+  if (v.untracked > 0) {
+    lines.push_back(fmt::format("{} {} on {} {} not followed to {} end by {} source (the NCCL plugin follows at most "
+                                "1024 in flight per communicator): whether {} finished is not known",
+                                v.untracked, v.untracked == 1 ? "operation" : "operations", communicator_label(v),
+                                v.untracked == 1 ? "was" : "were", v.untracked == 1 ? "its" : "their",
+                                v.untracked == 1 ? "its" : "their", v.untracked == 1 ? "it" : "they"));
   }
   return lines;
 }

@@ -5,6 +5,11 @@
 #include <string>
 #include <unordered_map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "oomflight/base/units.hpp"
+
 namespace oomflight {
 namespace {
 
@@ -44,7 +49,10 @@ std::uint64_t median(std::vector<std::uint64_t> v) {
 RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::size_t top) {
   RankSummary s;
   s.row = row;
-  if (row.device_capacity_bytes > row.reserved_bytes) s.headroom_bytes = row.device_capacity_bytes - row.reserved_bytes;
+  s.limit_is_cap = row.memory_cap_bytes != 0 &&
+                   (row.device_capacity_bytes == 0 || row.memory_cap_bytes < row.device_capacity_bytes);
+  s.limit_bytes = s.limit_is_cap ? row.memory_cap_bytes : row.device_capacity_bytes;
+  if (s.limit_bytes > row.reserved_bytes) s.headroom_bytes = s.limit_bytes - row.reserved_bytes;
   std::unordered_map<std::uint64_t, LiveAllocation> live;
   for (const Event& e : a.events_of(row)) {
     const auto action = static_cast<std::size_t>(e.action);
@@ -184,6 +192,25 @@ const char* against_peers_words(AgainstPeers judgement) {
                                             "recorded history";
   }
   return "";
+}
+
+std::string device_figures_text(const RankSummary& s) {
+  const RankRow& r = s.row;
+  std::string text = fmt::format("device free {} of {}", format_bytes(r.device_free_bytes),
+                                 r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "unknown");
+  if (s.limit_is_cap) {
+    text += fmt::format("; this process may use {} of it (its per-process cap, torch's memory fraction)",
+                        format_bytes(r.memory_cap_bytes));
+  }
+  std::vector<const char*> read;
+  if (r.numbers_from_message & kFromMessageRequested) read.push_back("the request");
+  if (r.numbers_from_message & kFromMessageDevice) read.push_back("the device's figures");
+  if (r.numbers_from_message & kFromMessageCap) read.push_back("the cap");
+  if (!read.empty()) {
+    text += fmt::format(" ({} as the error's message states {}: no allocator hook saw the failure)",
+                        fmt::join(read, ", "), read.size() == 1 ? "it" : "them");
+  }
+  return text;
 }
 
 }  // namespace oomflight

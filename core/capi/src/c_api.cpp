@@ -74,7 +74,8 @@ static_assert(OOMFLIGHT_LOG_WARN == static_cast<int>(LogLevel::warn));
 static_assert(OOMFLIGHT_LOG_ERROR == static_cast<int>(LogLevel::error));
 static_assert(oomflight::kMaxDevices == 64, "oomflight_set_memory documents devices 0 .. 63");
 // The ABI: these layouts are frozen for OOMFLIGHT_ABI_VERSION 1 (x86-64 and aarch64 LP64).
-static_assert(sizeof(oomflight_memory) == 56 && offsetof(oomflight_memory, device_free_bytes) == 48);
+// oomflight_memory: 56 bytes in ABI 1.0, 64 with the memory cap (0.2.1).
+static_assert(sizeof(oomflight_memory) == 64 && offsetof(oomflight_memory, memory_cap_bytes) == 56);
 // The dump request grows only at its end (struct_size says which fields a caller has): 48 bytes in ABI 1.0,
 // 80 with the allocator state (0.2.0), 88 with the segment details (0.2.1).
 static_assert(offsetof(oomflight_dump_request, batch) == 40 && offsetof(oomflight_dump_request, segments) == 48);
@@ -485,13 +486,15 @@ int oomflight_set_stack_resolver(oomflight_stack_resolver resolver, void* user, 
 int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
   oomflight::Session* const session = live_session();
   if (session == nullptr) return not_initialised("oomflight_set_memory");
-  if (memory == nullptr || memory->struct_size < sizeof(oomflight_memory)) {
+  if (memory == nullptr || memory->struct_size < offsetof(oomflight_memory, memory_cap_bytes)) {
     return fail(OOMFLIGHT_EINVAL, "oomflight_set_memory: memory is NULL or its struct_size is too small "
                                   "(initialise it with OOMFLIGHT_MEMORY_INIT)");
   }
-  const oomflight::MemoryStats stats{memory->allocated_bytes,      memory->reserved_bytes,
-                                     memory->peak_allocated_bytes, memory->peak_reserved_bytes,
-                                     memory->device_capacity_bytes, memory->device_free_bytes};
+  const bool has_cap = memory->struct_size >= sizeof(oomflight_memory);
+  const oomflight::MemoryStats stats{memory->allocated_bytes,       memory->reserved_bytes,
+                                     memory->peak_allocated_bytes,  memory->peak_reserved_bytes,
+                                     memory->device_capacity_bytes, memory->device_free_bytes,
+                                     has_cap ? memory->memory_cap_bytes : 0};
   if (!session->recorder().set_memory(device, stats)) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_set_memory: device {} is outside 0 .. {}", device,
                                               oomflight::kMaxDevices - 1);
@@ -533,7 +536,7 @@ int oomflight_record_collective(const struct oomflight_collective* c) {
   r.op = static_cast<oomflight::CollectiveOp>(c->op);
   r.datatype = type;
   r.phase = static_cast<oomflight::CollectivePhase>(c->phase);
-  r.flags = static_cast<std::uint8_t>(c->flags & OOMFLIGHT_COLL_DEVICE_COMPLETION);
+  r.flags = static_cast<std::uint8_t>(c->flags & (OOMFLIGHT_COLL_DEVICE_COMPLETION | OOMFLIGHT_COLL_UNTRACKED));
   session->recorder().record_collective(r);
   return OOMFLIGHT_OK;
 }

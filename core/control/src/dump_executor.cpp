@@ -1,6 +1,8 @@
 // Dump execution: rows, root attributes, paths and the fallbacks of rank-local files.
 #include "dump_executor.hpp"
 
+#include "oomflight/control/oom_message.hpp"
+
 #include "oomflight/format/archive_naming.hpp"
 
 #include <cstdlib>
@@ -41,10 +43,16 @@ RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const Dum
   row.reserved_bytes = h.memory.reserved_bytes;
   row.peak_allocated_bytes = h.memory.peak_allocated_bytes;
   row.peak_reserved_bytes = h.memory.peak_reserved_bytes;
-  row.device_capacity_bytes = h.memory.device_capacity_bytes;
+  row.device_capacity_bytes = is_origin && request.device_capacity_bytes ? request.device_capacity_bytes
+                                                                          : h.memory.device_capacity_bytes;
   row.device_free_bytes =
       is_origin && request.device_free_bytes ? request.device_free_bytes : h.memory.device_free_bytes;
+  // The cap an allocator hook published wins over the one a message states (the torch observer's reason states the
+  // cap it published, and the figure is then the allocator's, not the message's).
+  const bool published_cap = h.memory.memory_cap_bytes != 0;
+  row.memory_cap_bytes = published_cap ? h.memory.memory_cap_bytes : is_origin ? request.memory_cap_bytes : 0;
   row.oom_requested_bytes = is_origin ? request.requested_bytes : 0;
+  row.numbers_from_message = is_origin ? request.numbers_from_message & ~(published_cap ? kFromMessageCap : 0u) : 0;
   row.events_recorded = h.ring.recorded;
   row.overwritten = h.ring.overwritten;
   row.collectives_recorded = h.collectives.recorded;
@@ -179,12 +187,38 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   return r;
 }
 
+DumpRequest complete_from_message(DumpRequest r) {
+  if (r.kind != DumpKind::oom) return r;
+  const OomMessageFigures f = parse_oom_message(r.reason);
+  if (r.requested_bytes == 0 && f.requested_bytes) {
+    r.requested_bytes = *f.requested_bytes;
+    r.numbers_from_message |= kFromMessageRequested;
+  }
+  // Capacity and free memory come as a pair from one sentence of the message, and go together.
+  if (r.device_free_bytes == 0 && r.device_capacity_bytes == 0 && f.device_free_bytes && f.device_capacity_bytes) {
+    r.device_free_bytes = *f.device_free_bytes;
+    r.device_capacity_bytes = *f.device_capacity_bytes;
+    r.numbers_from_message |= kFromMessageDevice;
+  }
+  if (r.memory_cap_bytes == 0 && f.memory_cap_bytes) {
+    r.memory_cap_bytes = *f.memory_cap_bytes;
+    r.numbers_from_message |= kFromMessageCap;
+  }
+  return r;
+}
+
 std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins, std::int64_t batch,
-                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes) {
+                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes, std::uint32_t from_message) {
   const std::string who = fmt::format("{} {}", origins.size() == 1 ? "rank" : "ranks", fmt::join(origins, ", "));
   if (kind == DumpKind::oom) {
-    return fmt::format("{} out of memory at batch {} (requested {}, {} free)", who, batch,
-                       format_bytes(requested_bytes), format_bytes(device_free_bytes));
+    const bool requested_read = (from_message & kFromMessageRequested) != 0;
+    const bool free_read = (from_message & kFromMessageDevice) != 0;
+    const char* source = requested_read && free_read ? ", as the error's message states them"
+                         : requested_read            ? "; the request as the error's message states it"
+                         : free_read                 ? "; the free memory as the error's message states it"
+                                                     : "";
+    return fmt::format("{} out of memory at batch {} (requested {}, {} free{})", who, batch,
+                       format_bytes(requested_bytes), format_bytes(device_free_bytes), source);
   }
   const std::string_view name = dump_kind_name(kind);
   const bool vowel = !name.empty() && std::string_view("aeiou").find(name.front()) != std::string_view::npos;

@@ -80,8 +80,11 @@ class DumpExecutor {
 };
 
 /// The one line a dump's origin logs: "rank 2 out of memory at batch 7 (requested 2.00 GiB, 1.31 GiB free)" for
-/// an oom dump, "rank 0 asked for a signal dump at batch 7" for the others; several origins are listed.
+/// an oom dump, "rank 0 asked for a signal dump at batch 7" for the others; several origins are listed. With
+/// `from_message` (kFromMessage* bits) the figures say they are the error message's: "(requested 2.00 GiB, 1.31 GiB
+/// free, as the error's message states them)".
 std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins, std::int64_t batch,
-                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes);
+                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes,
+                         std::uint32_t from_message = 0);
 
 }  // namespace oomflight

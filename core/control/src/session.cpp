@@ -172,7 +172,9 @@ void Session::take_snapshot(const SnapshotWindow& window) {
   }
 }
 
-DumpResult Session::dump(const DumpRequest& request) {
+DumpResult Session::dump(const DumpRequest& given) {
+  // An OutOfMemoryError that no allocator hook saw arrives with its message only: its figures come from there.
+  const DumpRequest request = complete_from_message(given);
   if (!config_.enabled) {
     DumpResult r;
     r.kind = request.kind;
@@ -190,7 +192,8 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   if (request.batch >= 0) h.batch = request.batch;
   const std::vector<std::int32_t> me = {identity_.rank};
   // The root cause first (as the trigger protocol does), before any file is touched.
-  const std::string cause = dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes);
+  const std::string cause = dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes,
+                                         request.numbers_from_message);
   if (request.kind == DumpKind::oom) {
     log().error("{}{}{}", cause, request.reason.empty() ? "" : ": ", request.reason);
   }
@@ -200,7 +203,8 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
       executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch, &request.state);
   r.seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
   const std::string summary =
-      dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes);
+      dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes,
+                   request.numbers_from_message);
   switch (r.status) {
     case DumpResult::Status::archive:
       log().info("{}; archive {} written in {}", summary, r.path, format_seconds(r.seconds));

@@ -347,7 +347,7 @@ void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) c
   // The root cause first, on this rank's stderr, before any step another rank could block or a teardown could
   // cut short: whatever happens to the dump, the user reads why the job died.
   const std::string what = dump_summary(request.kind, {id_.rank}, batch, request.requested_bytes,
-                                        request.device_free_bytes);
+                                        request.device_free_bytes, request.numbers_from_message);
   const std::string reason = request.reason.empty() ? std::string() : fmt::format(": {}", request.reason);
   if (request.kind == DumpKind::oom) {
     log().error("{}, writing the history of every rank{}", what, reason);

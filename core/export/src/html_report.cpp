@@ -262,7 +262,7 @@ std::string chart(std::string_view id, std::string_view what, bool reserved, con
   double top = 0;
   for (const auto& r : ranks) {
     for (const auto v : values(r)) top = std::max(top, static_cast<double>(v));
-    top = std::max(top, static_cast<double>(r.s->row.device_capacity_bytes));
+    top = std::max(top, static_cast<double>(r.s->limit_bytes));
   }
   top = top > 0 ? top * 1.06 : 1024;
   const auto x = [&](std::size_t i) { return kLeft + kPlotW * static_cast<double>(i) / static_cast<double>(g.n - 1); };
@@ -304,19 +304,21 @@ std::string chart(std::string_view id, std::string_view what, bool reserved, con
       kLeft + kPlotW / 2, kHeight - 6, html(utc_text(g.t0)));
   put(out, "<rect class=\"frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", kLeft, kTop, kPlotW, kPlotH);
 
-  // Each device's capacity, labelled with the ranks that have it (a smaller device is one way to fail first).
-  std::vector<std::pair<std::uint64_t, std::vector<const RankView*>>> capacities;
+  // Each rank's limit, labelled with the ranks that have it (a smaller device, or a process's own cap, is one way
+  // to fail first): the device's capacity, or the cap when the process has one (the allocator fails there).
+  std::vector<std::pair<std::pair<std::uint64_t, bool>, std::vector<const RankView*>>> capacities;
   for (const auto& r : ranks) {
-    const auto cap = r.s->row.device_capacity_bytes;
-    if (cap == 0) continue;
-    auto it = std::find_if(capacities.begin(), capacities.end(), [&](const auto& c) { return c.first == cap; });
+    const std::pair<std::uint64_t, bool> limit{r.s->limit_bytes, r.s->limit_is_cap};
+    if (limit.first == 0) continue;
+    auto it = std::find_if(capacities.begin(), capacities.end(), [&](const auto& c) { return c.first == limit; });
     if (it == capacities.end()) {
-      capacities.emplace_back(cap, std::vector<const RankView*>{});
+      capacities.emplace_back(limit, std::vector<const RankView*>{});
       it = capacities.end() - 1;
     }
     it->second.push_back(&r);
   }
-  for (const auto& [cap, holders] : capacities) {
+  for (const auto& [limit, holders] : capacities) {
+    const std::uint64_t cap = limit.first;
     const bool all_origins =
         std::all_of(holders.begin(), holders.end(), [](const RankView* r) { return r->s->row.is_origin != 0; });
     std::string who;
@@ -324,9 +326,10 @@ std::string chart(std::string_view id, std::string_view what, bool reserved, con
     const std::string colour = all_origins ? holders.front()->colour : "#555";
     put(out,
         "<line class=\"capacity\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\"/>"
-        "<text class=\"label\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"{}\">capacity {} ({} {})</text>\n",
+        "<text class=\"label\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"{}\">{} {} ({} {})</text>\n",
         kLeft, kLeft + kPlotW, y(static_cast<double>(cap)), y(static_cast<double>(cap)), colour, kLeft + kPlotW - 4,
-        y(static_cast<double>(cap)) - 4, colour, format_bytes(cap), holders.size() == 1 ? "rank" : "ranks", who);
+        y(static_cast<double>(cap)) - 4, colour, limit.second ? "cap" : "capacity", format_bytes(cap),
+        holders.size() == 1 ? "rank" : "ranks", who);
   }
 
   // The curves, origins last so that they lie on top; a gap where a rank has no history.
@@ -425,6 +428,7 @@ std::string collectives_section(const Archive& a, const Grid& g, const std::vect
     if (state == nullptr) continue;
     const RankRow& row = view.s->row;
     for (const RankOperation& op : state->operations) {
+      if (op.start_t_ns == 0 && op.end_t_ns == 0) continue;  // untracked, its start overwritten: no time known
       const std::int64_t start = op.start_t_ns != 0 ? op.start_t_ns : op.end_t_ns;
       const std::int64_t end = op.finished() ? op.end_t_ns : std::max(row.freeze_t_ns, start);
       const double x0 = x(to_utc(row, start));
@@ -433,20 +437,22 @@ std::string collectives_section(const Archive& a, const Grid& g, const std::vect
       const std::string comm = verdict != nullptr ? communicator_label(*verdict) : std::string();
       const std::string title =
           fmt::format("rank {}: {} on {}, batch {}, {}", row.rank, describe_operation(op), comm, op.batch,
-                      op.finished() ? fmt::format("{} ({} end)", format_seconds(static_cast<double>(end - start) * 1e-9),
-                                                  op.device_completion ? "device" : "host")
-                                    : fmt::format("in flight at the freeze, for {}",
-                                                  format_seconds(static_cast<double>(end - start) * 1e-9)));
+                      op.finished()  ? fmt::format("{} ({} end)", format_seconds(static_cast<double>(end - start) * 1e-9),
+                                                   op.device_completion ? "device" : "host")
+                      : op.untracked ? std::string("untracked: whether it finished is not known")
+                                     : fmt::format("in flight at the freeze, for {}",
+                                                   format_seconds(static_cast<double>(end - start) * 1e-9)));
+      const char* stroke = op.finished() ? view.colour.c_str() : op.untracked ? "#999999" : "#d62728";
       put(out,
           "<rect class=\"{}\" data-rank=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" "
           "stroke=\"{}\" fill=\"{}\"><title>{}</title></rect>\n",
-          op.finished() ? "op" : "op in-flight", row.rank, x0, y + 4, w, kLane - 8,
-          op.finished() ? view.colour : "#d62728", op.finished() ? view.colour : "none", html(title));
+          op.finished() ? "op" : op.untracked ? "op untracked" : "op in-flight", row.rank, x0, y + 4, w, kLane - 8,
+          stroke, op.finished() ? view.colour : "none", html(title));
       ++bars;
     }
   }
   put(out, "<text class=\"axis\" x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\">the memory charts' time axis; a "
-           "hollow red bar: in flight at the rank's freeze</text>\n",
+           "hollow red bar: in flight at the rank's freeze; a hollow grey one: untracked</text>\n",
       kLeft + kPlotW / 2, height - 8);
   out += "</svg></div>\n";
   put(out, "<p class=\"note\">{} operations drawn (each rank's start to its end: the device's where the source saw "
@@ -524,14 +530,13 @@ std::string header_section(const Archive& a, const PostMortem& pm, const std::ve
   // Each origin's failure in a few lines, as the text report opens with it.
   for (const auto& s : pm.ranks) {
     if (!s.row.is_origin) continue;
-    const std::string capacity = s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown";
     out += "<div class=\"origin-card\">";
     if (h.kind == "oom") {
-      put(out, "<p><strong>rank {} at batch {}</strong>: requested {}, device free {} of {}</p>\n", s.row.rank,
-          s.row.batch, format_bytes(s.row.oom_requested_bytes), format_bytes(s.row.device_free_bytes), capacity);
+      put(out, "<p><strong>rank {} at batch {}</strong>: requested {}, {}</p>\n", s.row.rank, s.row.batch,
+          format_bytes(s.row.oom_requested_bytes), html(device_figures_text(s)));
     } else {
-      put(out, "<p><strong>rank {} at batch {}</strong>: asked for the {} dump; device free {} of {}</p>\n",
-          s.row.rank, s.row.batch, html(h.kind), format_bytes(s.row.device_free_bytes), capacity);
+      put(out, "<p><strong>rank {} at batch {}</strong>: asked for the {} dump; {}</p>\n", s.row.rank, s.row.batch,
+          html(h.kind), html(device_figures_text(s)));
     }
     const std::string reason = fixed_string(s.row.reason);
     if (!reason.empty()) put(out, "<pre>{}</pre>\n", html(reason));
@@ -574,7 +579,7 @@ std::string memory_section(const Archive& a, const Grid& g, const std::vector<Ra
 std::string ranks_section(const Archive& a, const PostMortem& pm) {
   std::string out =
       "<section id=\"ranks\"><h2>Per rank at the trigger</h2>\n<table><tr><th>rank</th><th class=\"l\">host</th>"
-      "<th>batch</th><th>allocated</th><th>reserved</th><th>peak alloc</th><th>peak resv</th><th>capacity</th>"
+      "<th>batch</th><th>allocated</th><th>reserved</th><th>peak alloc</th><th>peak resv</th><th>limit</th>"
       "<th>headroom</th><th>events</th><th>overwritten</th><th class=\"l\"></th></tr>\n";
   for (const auto& s : pm.ranks) {
     const auto& r = s.row;
@@ -583,8 +588,9 @@ std::string ranks_section(const Archive& a, const PostMortem& pm) {
         "<td>{}</td><td>{}</td><td>{}</td><td class=\"l mark\">{}</td></tr>\n",
         r.is_origin ? " class=\"origin\"" : "", r.rank, html(fixed_string(r.host)), r.batch,
         format_bytes(r.allocated_bytes), format_bytes(r.reserved_bytes), format_bytes(r.peak_allocated_bytes),
-        format_bytes(r.peak_reserved_bytes), r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "?",
-        r.device_capacity_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
+        format_bytes(r.peak_reserved_bytes),
+        s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
+        s.limit_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
         r.is_origin ? origin_mark(a) : "");
   }
   out += "</table>\n</section>\n";
@@ -743,8 +749,8 @@ std::string peers_section(const Archive& a, const PostMortem& pm, const RankSumm
 
 std::string headroom_section(const Archive& a, const PostMortem& pm) {
   std::string out =
-      "<section id=\"headroom\"><h2>Headroom against capacity</h2>\n<table><tr><th>rank</th>"
-      "<th class=\"l\">allocated, reserved and peak reserved of the device</th><th>reserved</th><th>capacity</th>"
+      "<section id=\"headroom\"><h2>Headroom against the limit</h2>\n<table><tr><th>rank</th>"
+      "<th class=\"l\">allocated, reserved and peak reserved of the device</th><th>reserved</th><th>limit</th>"
       "<th>share</th><th>headroom</th><th>peak reserved</th><th class=\"l\"></th></tr>\n";
   for (const auto& s : pm.ranks) {
     const auto& r = s.row;
@@ -761,16 +767,19 @@ std::string headroom_section(const Archive& a, const PostMortem& pm) {
           width(r.reserved_bytes), width(r.allocated_bytes), width(r.peak_reserved_bytes));
     }
     put(out, "</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l mark\">{}</td></tr>\n",
-        format_bytes(r.reserved_bytes), r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "?",
-        percent(r.reserved_bytes, r.device_capacity_bytes),
-        r.device_capacity_bytes ? format_bytes(s.headroom_bytes) : "?", format_bytes(r.peak_reserved_bytes),
+        format_bytes(r.reserved_bytes),
+        s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
+        percent(r.reserved_bytes, s.limit_bytes), s.limit_bytes ? format_bytes(s.headroom_bytes) : "?",
+        format_bytes(r.peak_reserved_bytes),
         r.is_origin ? (a.header.kind == "oom" ? fmt::format("out of memory: {} requested",
                                                             format_bytes(r.oom_requested_bytes))
                                               : std::string(origin_mark(a)))
                     : std::string());
   }
   out += "</table>\n<p class=\"note\">Bars: allocated (dark) and reserved (light) at the trigger, peak reserved "
-         "(the tick), against the device's capacity.</p>\n</section>\n";
+         "(the tick), against the device's capacity. The limit is the process's own cap (torch's per-process memory "
+         "fraction, marked cap) when it has one, else the device's capacity; headroom is measured against it.</p>\n"
+         "</section>\n";
   return out;
 }
 

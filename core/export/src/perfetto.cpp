@@ -170,6 +170,7 @@ std::string render_perfetto(const Archive& a) {
       trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 1},
                        {"args", {{"name", "collectives"}}}});
       for (const RankOperation& op : rank_ops->operations) {
+        if (op.start_t_ns == 0 && op.end_t_ns == 0) continue;  // untracked, its start overwritten: no time known
         const std::int64_t start = op.start_t_ns != 0 ? op.start_t_ns : op.end_t_ns;
         const std::int64_t end = op.finished() ? op.end_t_ns : std::max(freeze, start);
         const CommunicatorVerdict* verdict = collectives.communicator(op.comm_id);  // O(log): per operation
@@ -180,8 +181,11 @@ std::string render_perfetto(const Archive& a) {
              {"dur", static_cast<double>(static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(start)) / 1000.0},
              {"args", {{"communicator", comm}, {"comm_id", op.comm_id}, {"seq", op.seq}, {"bytes", op.bytes},
                        {"count", op.count}, {"datatype", data_type_name(op.datatype)}, {"peer", op.peer},
-                       {"batch", op.batch}, {"in_flight_at_freeze", !op.finished()},
-                       {"end_seen", !op.finished() ? "none" : op.device_completion ? "device" : "host"}}}});
+                       {"batch", op.batch}, {"in_flight_at_freeze", !op.finished() && !op.untracked},
+                       {"end_seen", op.untracked        ? "untracked"
+                                    : !op.finished()    ? "none"
+                                    : op.device_completion ? "device"
+                                                           : "host"}}}});
       }
     }
     for (const Event& e : events) {

@@ -37,7 +37,7 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
                                 batches.size(), total);
   out += fmt::format("  {:>4}", "rank");
   for (const auto b : batches) out += fmt::format(" {:>11}", b);
-  out += fmt::format(" {:>11} {:>9}\n", "growth", "of cap.");
+  out += fmt::format(" {:>11} {:>9}\n", "growth", "of limit");
   struct Growth {
     int rank;
     std::uint64_t from, to;
@@ -66,10 +66,11 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
     }
     if (first != nullptr) {
       growth.push_back({s.row.rank, first->peak_allocated_bytes, last->peak_allocated_bytes});
-      const std::string share = last->device_capacity_bytes
-                                    ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(last->peak_allocated_bytes) /
-                                                                 static_cast<double>(last->device_capacity_bytes))
-                                    : "?";
+      // Against the process's cap when it has one (the allocator fails there), else the device's capacity.
+      const std::uint64_t limit = s.limit_is_cap ? s.limit_bytes : last->device_capacity_bytes;
+      const std::string share = limit ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(last->peak_allocated_bytes) /
+                                                                   static_cast<double>(limit))
+                                      : "?";
       out += fmt::format(" {:>11} {:>9}", signed_bytes(last->peak_allocated_bytes, first->peak_allocated_bytes), share);
     }
     out += s.row.is_origin ? std::string("  <- ") + origin_mark(a) + "\n" : "\n";
@@ -128,7 +129,22 @@ std::string collectives_text(const Archive& a) {
   }
   out += "  per rank (the operation in flight at the freeze, else the last finished):\n";
   for (const RankCollectiveState& s : c.ranks) {
-    if (s.in_flight >= 0) {
+    if (s.last_entered >= 0 && s.operations[static_cast<std::size_t>(s.last_entered)].untracked) {
+      // The newest operation it entered was not followed to its end: name it, never call an older one "the one it
+      // is in" (2,000 starts with a pool of 1,024 were reported as "waits in allreduce #1023", issue 30).
+      const RankOperation& op = s.operations[static_cast<std::size_t>(s.last_entered)];
+      std::string text = fmt::format("    rank {}: last entered {} in batch {}", s.rank, describe_operation(op), op.batch);
+      if (op.start_t_ns != 0) {
+        text += fmt::format(", {} before the freeze",
+                            format_seconds(static_cast<double>(s.freeze_t_ns - op.start_t_ns) * 1e-9));
+      }
+      text += "; whether it finished is not known (untracked)";
+      if (s.in_flight >= 0) {
+        text += fmt::format("; the newest tracked operation without an end: {}",
+                            describe_operation(s.operations[static_cast<std::size_t>(s.in_flight)]));
+      }
+      out += text + (s.is_origin ? " (the origin)\n" : "\n");
+    } else if (s.in_flight >= 0) {
       const RankOperation& op = s.operations[static_cast<std::size_t>(s.in_flight)];
       out += fmt::format("    rank {}: in {}, entered in batch {}, {} before the freeze\n", s.rank, describe_operation(op),
                          op.batch, format_seconds(static_cast<double>(s.freeze_t_ns - op.start_t_ns) * 1e-9));
@@ -142,6 +158,9 @@ std::string collectives_text(const Archive& a) {
                          s.is_origin ? " (the origin)" : "");
     } else {
       out += fmt::format("    rank {}: none recorded{}\n", s.rank, s.is_origin ? " (the origin)" : "");
+    }
+    if (s.untracked > 0) {
+      out += fmt::format("      {} of its operations untracked: not followed to their end\n", s.untracked);
     }
   }
   return out;
@@ -182,17 +201,15 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     if (!s.row.is_origin) continue;
     if (h.kind != "oom") {
       const bool vowel = !h.kind.empty() && std::string_view("aeiou").find(h.kind.front()) != std::string_view::npos;
-      line(fmt::format("  rank {} at batch {}: asked for {} {} dump; device free {} of {}", s.row.rank, s.row.batch,
-                       vowel ? "an" : "a", printable(h.kind), format_bytes(s.row.device_free_bytes),
-                       s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
+      line(fmt::format("  rank {} at batch {}: asked for {} {} dump; {}", s.row.rank, s.row.batch, vowel ? "an" : "a",
+                       printable(h.kind), device_figures_text(s)));
       const std::string reason = printable(fixed_string(s.row.reason));
       if (!reason.empty()) line(fmt::format("    {}", reason));
       out += context_lines(a, s.row.rank);
       continue;
     }
-    line(fmt::format("  rank {} at batch {}: requested {}, device free {} of {}", s.row.rank, s.row.batch,
-                     format_bytes(s.row.oom_requested_bytes), format_bytes(s.row.device_free_bytes),
-                     s.row.device_capacity_bytes ? format_bytes(s.row.device_capacity_bytes) : "unknown"));
+    line(fmt::format("  rank {} at batch {}: requested {}, {}", s.row.rank, s.row.batch,
+                     format_bytes(s.row.oom_requested_bytes), device_figures_text(s)));
     const std::string reason = printable(fixed_string(s.row.reason));
     if (!reason.empty()) line(fmt::format("    {}", reason));
     out += context_lines(a, s.row.rank);
@@ -200,14 +217,14 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   line("");
   line("per rank at the trigger:");
   line(fmt::format("  {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8} {:>11}", "rank", "batch", "allocated",
-                   "reserved", "peak alloc", "peak resv", "capacity", "headroom", "events", "overwritten"));
+                   "reserved", "peak alloc", "peak resv", "limit", "headroom", "events", "overwritten"));
   for (const auto& s : pm.ranks) {
     const auto& r = s.row;
     line(fmt::format("  {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8} {:>11}{}", r.rank, r.batch,
                      format_bytes(r.allocated_bytes), format_bytes(r.reserved_bytes),
                      format_bytes(r.peak_allocated_bytes), format_bytes(r.peak_reserved_bytes),
-                     r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "?",
-                     r.device_capacity_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
+                     s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
+                     s.limit_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
                      r.is_origin ? std::string("  <- ") + origin_mark(a) : ""));
   }
   if (const std::string peaks = batch_peaks(a, pm, 8); !peaks.empty()) {
@@ -305,13 +322,15 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   for (const auto& s : pm.ranks) {
     if (s.row.is_origin) continue;
     const auto& r = s.row;
-    if (r.device_capacity_bytes == 0) {
+    if (s.limit_bytes == 0) {
       line(fmt::format("  rank {}: {} reserved, capacity unknown", r.rank, format_bytes(r.reserved_bytes)));
       continue;
     }
-    line(fmt::format("  rank {}: {} reserved of {} ({:.1f}%), {} headroom; peak reserved {}", r.rank,
-                     format_bytes(r.reserved_bytes), format_bytes(r.device_capacity_bytes),
-                     100.0 * static_cast<double>(r.reserved_bytes) / static_cast<double>(r.device_capacity_bytes),
+    line(fmt::format("  rank {}: {} reserved of {}{} ({:.1f}%), {} headroom; peak reserved {}", r.rank,
+                     format_bytes(r.reserved_bytes), format_bytes(s.limit_bytes),
+                     s.limit_is_cap ? fmt::format(" (its cap; the device holds {})", format_bytes(r.device_capacity_bytes))
+                                    : std::string(),
+                     100.0 * static_cast<double>(r.reserved_bytes) / static_cast<double>(s.limit_bytes),
                      format_bytes(s.headroom_bytes), format_bytes(r.peak_reserved_bytes)));
   }
   // Each string from the archive was made printable where it was placed; this pass is the guarantee for any that a

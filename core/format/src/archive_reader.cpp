@@ -390,16 +390,23 @@ Archive read_archive(const std::string& path) {
   a.header = read_header(r);
 
   {
-    // Before 0.2.1 a /ranks row ended before the collective counts: read that prefix, the counts stay 0.
-    const auto v0 = h5::rank_row_type_v0();
-    if (r.has_row_type(dataset::ranks, v0)) {
+    // Older /ranks rows are prefixes of RankRow: before 0.2.1 they ended before the collective counts, and 0.2.1's
+    // first archives before the memory cap. Read the prefix; the members after it stay 0.
+    const auto read_prefix = [&]<std::size_t Bytes>(const h5::Handle& type) {
       struct Prefix {
-        unsigned char bytes[h5::kRankRowV0Bytes];
+        unsigned char bytes[Bytes];
       };
-      for (const Prefix& p : r.rows<Prefix>(dataset::ranks, v0)) {
+      for (const Prefix& p : r.rows<Prefix>(dataset::ranks, type)) {
         RankRow& row = a.ranks.emplace_back();
         std::memcpy(static_cast<void*>(&row), p.bytes, sizeof(p.bytes));
       }
+    };
+    const auto v0 = h5::rank_row_type_v0();
+    const auto v1 = h5::rank_row_type_v1();
+    if (r.has_row_type(dataset::ranks, v0)) {
+      read_prefix.operator()<h5::kRankRowV0Bytes>(v0);
+    } else if (r.has_row_type(dataset::ranks, v1)) {
+      read_prefix.operator()<h5::kRankRowV1Bytes>(v1);
     } else {
       a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
     }

@@ -156,8 +156,16 @@ Handle event_type_v0() {
 }
 
 Handle rank_row_type() {
-  Handle t = rank_row_type_v0();
+  Handle t = rank_row_type_v1();
   H5Tset_size(t, sizeof(RankRow));
+  H5Tinsert(t, "memory_cap_bytes", offsetof(RankRow, memory_cap_bytes), H5T_NATIVE_UINT64);
+  H5Tinsert(t, "numbers_from_message", offsetof(RankRow, numbers_from_message), H5T_NATIVE_UINT32);
+  return t;
+}
+
+Handle rank_row_type_v1() {
+  Handle t = rank_row_type_v0();
+  H5Tset_size(t, kRankRowV1Bytes);
   H5Tinsert(t, "collectives_recorded", offsetof(RankRow, collectives_recorded), H5T_NATIVE_UINT64);
   H5Tinsert(t, "collectives_overwritten", offsetof(RankRow, collectives_overwritten), H5T_NATIVE_UINT64);
   H5Tinsert(t, "collectives_in_flight", offsetof(RankRow, collectives_in_flight), H5T_NATIVE_UINT64);

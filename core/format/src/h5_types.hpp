@@ -10,6 +10,8 @@ namespace oomflight::h5 {
 
 /// Bytes of a /ranks row before 0.2.1: RankRow up to its collective counts.
 inline constexpr std::size_t kRankRowV0Bytes = offsetof(RankRow, collectives_recorded);
+/// Bytes of a /ranks row of 0.2.1 before the memory cap (issue 30): RankRow up to memory_cap_bytes.
+inline constexpr std::size_t kRankRowV1Bytes = offsetof(RankRow, memory_cap_bytes);
 
 /// Enumeration over uint8 whose member names are the Action names (alloc, free_requested, ...).
 Handle action_enum_type();
@@ -17,9 +19,10 @@ Handle action_enum_type();
 Handle event_type();
 /// Event's type as 0.2.0 wrote it: the same layout without `flags` (readers take flags as 0).
 Handle event_type_v0();
-/// RankRow since 0.2.1; rank_row_type_v0: the rows before it, kRankRowV0Bytes (RankRow's prefix, without the
-/// collective counts).
+/// RankRow as written now; rank_row_type_v1: without the memory cap and the figures' source (kRankRowV1Bytes);
+/// rank_row_type_v0: the rows before 0.2.1, kRankRowV0Bytes (RankRow's prefix, without the collective counts).
 Handle rank_row_type();
+Handle rank_row_type_v1();
 Handle rank_row_type_v0();
 /// Enumeration over uint8 whose member names are the CollectiveOp names.
 Handle collective_op_enum_type();

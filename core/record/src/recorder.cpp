@@ -65,6 +65,7 @@ bool Recorder::set_memory(int device, const MemoryStats& s) noexcept {
   g.peak_reserved.store(s.peak_reserved_bytes, std::memory_order_relaxed);
   g.capacity.store(s.device_capacity_bytes, std::memory_order_relaxed);
   g.free.store(s.device_free_bytes, std::memory_order_relaxed);
+  g.cap.store(s.memory_cap_bytes, std::memory_order_relaxed);
   current_device_.store(device, std::memory_order_relaxed);
   raise_to(batch_peak_allocated_, s.allocated_bytes);
   raise_to(batch_peak_reserved_, s.reserved_bytes);
@@ -76,7 +77,8 @@ MemoryStats Recorder::memory(int device) const noexcept {
   const Gauges& g = gauges_[static_cast<std::size_t>(device)];
   return MemoryStats{g.allocated.load(std::memory_order_relaxed),      g.reserved.load(std::memory_order_relaxed),
                      g.peak_allocated.load(std::memory_order_relaxed), g.peak_reserved.load(std::memory_order_relaxed),
-                     g.capacity.load(std::memory_order_relaxed),       g.free.load(std::memory_order_relaxed)};
+                     g.capacity.load(std::memory_order_relaxed),       g.free.load(std::memory_order_relaxed),
+                     g.cap.load(std::memory_order_relaxed)};
 }
 
 FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {

@@ -126,8 +126,12 @@ struct oomflight_memory {
   uint64_t peak_reserved_bytes;
   uint64_t device_capacity_bytes;  /**< the device's total memory */
   uint64_t device_free_bytes;      /**< free as the driver reports it (cudaMemGetInfo) */
+  /* Since 0.2.1 (read only when struct_size covers it: a caller built against the 0.2.0 header passes 56 bytes): */
+  uint64_t memory_cap_bytes;       /**< the process's own limit below the device's capacity (PyTorch's
+                                        torch.cuda.set_per_process_memory_fraction); 0: none. Kept apart from
+                                        device_capacity_bytes, which stays the device's */
 };
-#define OOMFLIGHT_MEMORY_INIT {sizeof(struct oomflight_memory), 0, 0, 0, 0, 0, 0, 0}
+#define OOMFLIGHT_MEMORY_INIT {sizeof(struct oomflight_memory), 0, 0, 0, 0, 0, 0, 0, 0}
 
 /** A request for a dump. */
 /** One segment of the allocator's state (PyTorch's SegmentInfo, torch/cuda/memory.py `_snapshot`). Bytes. */
@@ -240,6 +244,12 @@ enum oomflight_collective_phase {
  *  through the profiler's kernel events); without it the end is the host call returning (a blocking MPI call
  *  returns when the operation is done; NCCL's returns once it is enqueued). */
 #define OOMFLIGHT_COLL_DEVICE_COMPLETION 0x1u
+/** flags of any record: the source does not follow this operation to its end, so no (further) end of it will be
+ *  recorded, and whether it finished is not known. On a start: it was never followed (the NCCL plugin had no free
+ *  slot: more operations in flight on the communicator than its pool holds); on an end: the source stopped
+ *  following it before its end was seen (the plugin gave its slot to a newer operation). Readers count such
+ *  operations per communicator and never call one "in flight" or "finished" (docs/nccl.md). */
+#define OOMFLIGHT_COLL_UNTRACKED 0x2u
 
 /** One start or end of a collective or point-to-point operation on one rank (oomflight_record_collective). */
 struct oomflight_collective {
@@ -345,7 +355,7 @@ OOMFLIGHT_API int oomflight_set_stack_resolver(oomflight_stack_resolver resolver
 
 /** Publishes one device's memory figures (see struct oomflight_memory); the device becomes the one whose figures
  *  a dump reports unless a request names another. Lock-free (relaxed atomic stores): cheap enough after every
- *  event. Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (memory NULL, memory->struct_size below this header's sizeof,
+ *  event. Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (memory NULL, memory->struct_size below 0.2.0's 56 bytes,
  *  device outside 0 .. 63) or
  *  OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_set_memory(int device, const struct oomflight_memory* memory);

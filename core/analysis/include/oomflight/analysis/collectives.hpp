@@ -25,6 +25,9 @@ struct RankOperation {
   std::int64_t start_t_ns = 0;       ///< 0: the start is not in the history (overwritten), only the end
   std::int64_t end_t_ns = 0;         ///< 0: not finished at the freeze
   bool device_completion = false;    ///< the end is the device finishing it (else the host call returning)
+  /// Its source did not follow it to its end (kCollectiveUntracked on its start, or on an end that came before any
+  /// other): whether it finished is not known. Never finished(), never in flight.
+  bool untracked = false;
   bool finished() const { return end_t_ns != 0; }
 };
 
@@ -35,7 +38,9 @@ struct RankCollectiveState {
   std::int64_t batch = -1;           ///< the rank's batch at the freeze
   std::int64_t freeze_t_ns = 0;
   std::vector<RankOperation> operations;  ///< oldest first (in the order the rank entered them)
-  int in_flight = -1;                ///< index of the newest operation started and not finished; -1: none
+  int in_flight = -1;                ///< index of the newest operation started, not finished, not untracked; -1: none
+  int last_entered = -1;             ///< index of the newest operation, whatever its state; -1: none
+  std::uint64_t untracked = 0;       ///< operations whose end is not known (RankOperation::untracked)
   /// Index of the newest operation (in the order entered) with an end, whichever end; -1: none. Not the one whose
   /// end came last: a device end (NCCL's kernel finishing) comes after the host ends of the operations enqueued
   /// behind it, and DDP's three bucket all-reduces of a step were named by the first (issue 30).
@@ -46,6 +51,8 @@ struct RankCollectiveState {
     std::uint64_t comm_id = 0;
     int last_finished = -1;
     int last_device_finished = -1;
+    int last_entered = -1;           ///< the newest operation on it, whatever its state
+    std::uint64_t untracked = 0;     ///< operations on it whose end is not known
   };
   std::vector<OnCommunicator> by_communicator;
   /// by_communicator's entry of `comm_id`, or nullptr. O(log communicators).
@@ -63,12 +70,15 @@ struct CommunicatorVerdict {
   CollectiveOp op = CollectiveOp::other;  ///< the operation whose sequence this is
   std::uint64_t bytes = 0;
   std::vector<int> waiting;          ///< inside it at the freeze (entered, not finished)
+  std::vector<int> entered_untracked;  ///< entered it, and whether they finished it is not known (untracked)
   std::vector<int> finished;         ///< past it
   std::vector<int> short_of_it;      ///< never entered it, one operation short (their newest is seq - 1)
   std::vector<int> behind;           ///< never entered it, more than one short (or never entered any)
   std::vector<int> different_op;     ///< short of it while waiting in another operation on the communicator
   /// The newest sequence number each member entered, -1 for none, in the order of `members`.
   std::vector<std::int64_t> newest_seq;
+  /// Operations on the communicator (any operation) whose end is not known, summed over its members.
+  std::uint64_t untracked = 0;
 };
 
 /// Every rank's operations and every communicator's verdict.
@@ -96,8 +106,10 @@ OOMFLIGHT_API std::string communicator_label(const CommunicatorVerdict& verdict)
 
 /// The verdict in sentences, the first being the one line that says what happened, e.g. "ranks 0, 1 wait in
 /// allreduce #0 on the world communicator (4 ranks; 8 B), which rank 2 never entered: it ran out of memory in
-/// batch 0", followed by a sentence for each rank still short of it, behind or waiting in another operation. Empty
-/// when every member finished the frontier.
+/// batch 0", followed by a sentence for each rank still short of it, behind or waiting in another operation, and,
+/// when operations on the communicator are untracked, one that counts them. Ranks whose operation at the frontier
+/// is untracked "entered" it, never "wait in" or "finished" it. Empty when every member finished the frontier and
+/// nothing on the communicator is untracked.
 OOMFLIGHT_API std::vector<std::string> describe_verdict(const Archive& archive, const CollectiveAnalysis& analysis,
                                                         const CommunicatorVerdict& verdict);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -44,7 +45,12 @@ struct CallSiteDiff {
 /// One rank in the post-mortem.
 struct RankSummary {
   RankRow row;
-  std::uint64_t headroom_bytes = 0;      ///< capacity - reserved at the trigger; 0 when capacity is unknown
+  /// What the rank's reserved memory is measured against: the process's own cap (RankRow::memory_cap_bytes) when it
+  /// has one below the device's capacity, else the capacity; 0 when neither is known. The allocator fails at the
+  /// cap, not at the device's end (issue 30).
+  std::uint64_t limit_bytes = 0;
+  bool limit_is_cap = false;             ///< limit_bytes is the process's cap
+  std::uint64_t headroom_bytes = 0;      ///< limit - reserved at the trigger; 0 when the limit is unknown
   std::uint64_t live_bytes_in_history = 0;  ///< sum of all LiveAllocation sizes (<= allocated_bytes)
   std::size_t live_count = 0;
   /// The largest live allocations, largest first (origins only; without origins, PostMortem::largest_rank).
@@ -82,6 +88,12 @@ OOMFLIGHT_API AgainstPeers judge_against_peers(const RankSummary& origin);
 
 /// The words for it: ": an outlier", ": not an outlier; its median peer held as much or more", ... Pure.
 OOMFLIGHT_API const char* against_peers_words(AgainstPeers judgement);
+
+/// A rank's device figures for a sentence: "device free 1.23 GiB of 79.19 GiB", then, when the process has its own
+/// cap, "; this process may use 4.00 GiB of it (its per-process cap, torch's memory fraction)", and, when figures
+/// came from the error's message (RankRow::numbers_from_message), which ones, e.g. " (the request, the device's
+/// figures as the error's message states them: no allocator hook saw the failure)". Plain text.
+OOMFLIGHT_API std::string device_figures_text(const RankSummary& summary);
 
 /// Live bytes of one rank's history at the freeze by stack id (kNoStack included): blocks allocated in the
 /// history and not freed (free_completed), at their recorded size. Pure; thread-safe.

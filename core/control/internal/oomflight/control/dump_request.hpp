@@ -22,10 +22,20 @@ struct DumpRequest {
   std::string reason;                   ///< e.g. PyTorch's "CUDA out of memory. Tried to allocate ..."
   std::uint64_t requested_bytes = 0;    ///< the allocation that failed; 0 when not an allocation
   std::uint64_t device_free_bytes = 0;  ///< free device memory as the allocator saw it; 0 when unknown
+  /// The device's capacity and the process's own cap (0: unknown, none; the recorder's gauges then), and which of
+  /// the figures were read from the reason's own text (kFromMessage* bits: complete_from_message).
+  std::uint64_t device_capacity_bytes = 0;
+  std::uint64_t memory_cap_bytes = 0;
+  std::uint32_t numbers_from_message = 0;
   int device = -1;                      ///< the device concerned; -1: the recorder's current device
   std::int64_t batch = -1;              ///< the batch concerned; -1: the recorder's current batch
   AllocatorStateRows state;             ///< the requesting rank's allocator state now; empty when not given
 };
+
+/// An oom request's figures that the caller left at 0, taken from its reason where that is PyTorch's out-of-memory
+/// message (oom_message.hpp), each marked in numbers_from_message: the requested size, the device's capacity and free
+/// memory, the per-process cap. A figure the caller gave is kept. Other kinds are returned as they are.
+DumpRequest complete_from_message(DumpRequest request);
 
 /// The outcome of a dump, as the rank that asked for it sees it.
 struct DumpResult {

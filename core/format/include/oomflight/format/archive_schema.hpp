@@ -124,7 +124,25 @@ struct RankRow {
   std::uint64_t collectives_recorded = 0;
   std::uint64_t collectives_overwritten = 0;
   std::uint64_t collectives_in_flight = 0;
+  /// The process's own limit on its device memory, below the device's capacity (PyTorch's
+  /// torch.cuda.set_per_process_memory_fraction: the caching allocator fails an allocation that would reserve more);
+  /// 0: none known. device_capacity_bytes and device_free_bytes stay the device's, as the driver gives them
+  /// (issue 30: a 4 GiB cap on a 139.80 GiB H200 was shown as "4.00 GiB of which 133.65 GiB is free"). Since
+  /// 0.2.1 (archives before it lack this member and the next, read as 0).
+  std::uint64_t memory_cap_bytes = 0;
+  /// Which of the origin's figures were read from the error's own message rather than given by the allocator
+  /// (kFromMessage* bits; 0: all from the allocator, or not an origin).
+  std::uint32_t numbers_from_message = 0;
+  std::uint32_t reserved1 = 0;              ///< padding, not a member of the HDF5 type
 };
+
+/// RankRow::numbers_from_message bits. An OutOfMemoryError that no allocator hook saw (a CPU job, a hook that could
+/// not attach) still states its figures in torch's message ("Tried to allocate 2.00 GiB. GPU 0 has a total
+/// capacity of 79.19 GiB of which 1.23 GiB is free. ... 4.00 GiB allowed; ..."): they are taken from there, and the
+/// row says so (issue 30). Units in the message are rounded to two decimals: the figures are as exact as that.
+inline constexpr std::uint32_t kFromMessageRequested = 1;  ///< oom_requested_bytes
+inline constexpr std::uint32_t kFromMessageDevice = 2;     ///< device_capacity_bytes and device_free_bytes
+inline constexpr std::uint32_t kFromMessageCap = 4;        ///< memory_cap_bytes
 
 /// One row of /batches: one batch of one rank (BatchStats, in record/batch_table.hpp, says what each field is).
 /// Rows are ordered by rank (the order of /ranks), then oldest batch first; the last row of a rank is the batch
@@ -232,7 +250,7 @@ struct CollectiveRow {
   CollectiveOp op = CollectiveOp::other;
   DataType datatype = DataType::other;
   CollectivePhase phase = CollectivePhase::start;
-  std::uint8_t flags = 0;             ///< kCollectiveDeviceCompletion
+  std::uint8_t flags = 0;             ///< kCollectiveDeviceCompletion, kCollectiveUntracked
   std::uint8_t reserved[4] = {};      ///< padding, not a member of the HDF5 type
 };
 

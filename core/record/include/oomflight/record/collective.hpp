@@ -55,6 +55,10 @@ enum class CollectivePhase : std::uint8_t {
 /// Collective::flags bit of an end: the device finished the operation (NCCL's kernel, through the profiler's kernel
 /// events). Without it the end is the host call returning (blocking MPI: done; NCCL: only enqueued).
 inline constexpr std::uint8_t kCollectiveDeviceCompletion = 1;
+/// Collective::flags bit of a start or an end: the source does not follow the operation to its end (a start it
+/// could not track, an end where it stopped tracking it), so whether it finished is not known. oomflight.h's
+/// OOMFLIGHT_COLL_UNTRACKED.
+inline constexpr std::uint8_t kCollectiveUntracked = 2;
 
 /// The name of an op ("allreduce", ...; "other" for a value out of range). Static storage; thread-safe.
 OOMFLIGHT_API std::string_view collective_op_name(CollectiveOp op);

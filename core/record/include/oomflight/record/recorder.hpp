@@ -29,6 +29,8 @@ struct MemoryStats {
   std::uint64_t peak_reserved_bytes = 0;
   std::uint64_t device_capacity_bytes = 0; ///< 0 when unknown
   std::uint64_t device_free_bytes = 0;     ///< as the driver reports it; 0 when unknown
+  /// The process's own limit below the device's capacity (torch.cuda.set_per_process_memory_fraction); 0: none.
+  std::uint64_t memory_cap_bytes = 0;
 };
 
 /// Devices whose gauges a recorder keeps: ordinals 0 .. kMaxDevices - 1 (one node's GPUs with a wide margin).
@@ -159,7 +161,8 @@ class OOMFLIGHT_API Recorder {
 
  private:
   struct Gauges {
-    std::atomic<std::uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0}, capacity{0}, free{0};
+    std::atomic<std::uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0}, capacity{0}, free{0},
+        cap{0};
   };
 
   // The running batch: where its counts started, and its own peaks (raised by set_memory, reset at mark_batch).
