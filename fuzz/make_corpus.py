@@ -216,6 +216,11 @@ def archives():
     orphans["phase"][:2048] = 1
     orphans["t_ns"] = np.arange(4096) + 10
     case("collectives-orphan-ends", collectives=orphans)
+    # Found by the fuzzer: an operation in flight whose start is INT64_MIN overflowed the HTML report's
+    # `end - start` (the time it had been in flight); every duration now wraps (seconds_between).
+    extreme = base_rows["collectives"].copy()
+    extreme["t_ns"][extreme["phase"] == 0] = np.int64(-2**63)
+    case("collective-times-at-int64-min", collectives=extreme)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ collectives-not-grouped|refused|/collectives row 8: rank 0 is not in /ranks, or 
 communicator-rank-outside|refused|/communicators row 3: rank 4 of size 4 is out of range
 collectives-distinct-communicators|accepted|4 ranks, 146 events
 collectives-orphan-ends|accepted|4 ranks, 146 events
+collective-times-at-int64-min|accepted|4 ranks, 146 events
 CASES
 
 # Every corpus file must have an expectation above: a new hostile case is checked, not just run.

@@ -1,6 +1,9 @@
 // Byte sizes and durations.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
+
 #include "oomflight/base/units.hpp"
 
 namespace oomflight {
@@ -39,6 +42,14 @@ TEST(Units, ParsesDurations) {
   EXPECT_EQ(parse_duration("2m").count(), 120000);
   EXPECT_THROW(parse_duration("soon"), std::invalid_argument);
   EXPECT_THROW(parse_duration("3 fortnights"), std::invalid_argument);
+}
+
+// Times from a damaged archive: the difference wraps instead of being undefined (the fuzz target's finding).
+TEST(Units, SecondsBetweenWrapsOnHostileTimes) {
+  EXPECT_DOUBLE_EQ(seconds_between(1'000'000'000, 3'500'000'000), 2.5);
+  EXPECT_DOUBLE_EQ(seconds_between(3'500'000'000, 1'000'000'000), -2.5);
+  const double wrapped = seconds_between(INT64_MIN, 411056191004);  // the fuzz input's pair
+  EXPECT_TRUE(std::isfinite(wrapped));
 }
 
 }  // namespace

@@ -98,4 +98,10 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
 
 std::string format_seconds(double seconds) { return fmt::format("{:.3f} s", seconds); }
 
+double seconds_between(std::int64_t from_ns, std::int64_t to_ns) {
+  return static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(to_ns) -
+                                                       static_cast<std::uint64_t>(from_ns))) *
+         1e-9;
+}
+
 }  // namespace oomflight

@@ -437,11 +437,11 @@ std::string collectives_section(const Archive& a, const Grid& g, const std::vect
       const std::string comm = verdict != nullptr ? communicator_label(*verdict) : std::string();
       const std::string title =
           fmt::format("rank {}: {} on {}, batch {}, {}", row.rank, describe_operation(op), comm, op.batch,
-                      op.finished()  ? fmt::format("{} ({} end)", format_seconds(static_cast<double>(end - start) * 1e-9),
+                      op.finished()  ? fmt::format("{} ({} end)", format_seconds(seconds_between(start, end)),
                                                    op.device_completion ? "device" : "host")
                       : op.untracked ? std::string("untracked: whether it finished is not known")
                                      : fmt::format("in flight at the freeze, for {}",
-                                                   format_seconds(static_cast<double>(end - start) * 1e-9)));
+                                                   format_seconds(seconds_between(start, end))));
       const char* stroke = op.finished() ? view.colour.c_str() : op.untracked ? "#999999" : "#d62728";
       put(out,
           "<rect class=\"{}\" data-rank=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" "

@@ -136,7 +136,7 @@ std::string collectives_text(const Archive& a) {
       std::string text = fmt::format("    rank {}: last entered {} in batch {}", s.rank, describe_operation(op), op.batch);
       if (op.start_t_ns != 0) {
         text += fmt::format(", {} before the freeze",
-                            format_seconds(static_cast<double>(s.freeze_t_ns - op.start_t_ns) * 1e-9));
+                            format_seconds(seconds_between(op.start_t_ns, s.freeze_t_ns)));
       }
       text += "; whether it finished is not known (untracked)";
       if (s.in_flight >= 0) {
@@ -147,14 +147,14 @@ std::string collectives_text(const Archive& a) {
     } else if (s.in_flight >= 0) {
       const RankOperation& op = s.operations[static_cast<std::size_t>(s.in_flight)];
       out += fmt::format("    rank {}: in {}, entered in batch {}, {} before the freeze\n", s.rank, describe_operation(op),
-                         op.batch, format_seconds(static_cast<double>(s.freeze_t_ns - op.start_t_ns) * 1e-9));
+                         op.batch, format_seconds(seconds_between(op.start_t_ns, s.freeze_t_ns)));
     } else if (s.last_finished >= 0) {
       // The newest operation it entered that has an end (not the end that came last: a device end follows the host
       // ends of the operations enqueued behind it), and whether the device may still be running it.
       const RankOperation& op = s.operations[static_cast<std::size_t>(s.last_finished)];
       out += fmt::format("    rank {}: in none; last finished {}, {} before the freeze{}\n", s.rank,
                          describe_last_finished(s, op.comm_id),
-                         format_seconds(static_cast<double>(s.freeze_t_ns - op.end_t_ns) * 1e-9),
+                         format_seconds(seconds_between(op.end_t_ns, s.freeze_t_ns)),
                          s.is_origin ? " (the origin)" : "");
     } else {
       out += fmt::format("    rank {}: none recorded{}\n", s.rank, s.is_origin ? " (the origin)" : "");
