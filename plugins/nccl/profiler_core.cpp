@@ -160,9 +160,11 @@ bool can_take_over(std::uint64_t s) { return (s & kHostOpen) == 0 && running(s) 
 
 // Claims a slot for an operation, starting at the next one round robin and probing onwards: the first free slot,
 // else (once the whole pool was seen busy) one that only waits for a device end, which is then given up on; nullptr
-// when every slot holds an operation still in flight. Probing, not giving up on a busy slot: with 16 threads each
-// having one operation in flight, a round-robin claim that gave up found a busy slot for 0.9% of operations
-// (issue 30). The first probe is free in the common case; a probe is one relaxed load.
+// when every slot holds an operation still in flight. On a communicator that has shown no channel event yet, a slot
+// waiting for a device end is taken at once, as a free one (no device end is expected to come there). Probing, not
+// giving up on a busy slot: with 16 threads each having one operation in flight, a round-robin claim that gave up
+// found a busy slot for 0.9% of operations (issue 30). The first probe is free in the common case; a probe is one
+// acquire load.
 Slot* claim(Context& c, std::uint32_t channels, std::uint64_t* gen) {
   const std::uint64_t first = c.next_slot.fetch_add(1, std::memory_order_relaxed);
   // A communicator that has shown no channel event has no device end coming: a slot waiting for one is as good as

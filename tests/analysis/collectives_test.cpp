@@ -269,6 +269,24 @@ TEST(Collectives, UntrackedOperationsAreEnteredNeitherInFlightNorFinished) {
                       "known");
 }
 
+// A rank behind the frontier whose newest operation is untracked: an older one without an end is not "where it
+// waits" (the review of issue 30's change: the verdict still said "it waits in allreduce #0").
+TEST(Collectives, ARankWhoseNewestIsUntrackedIsNotSaidToWaitInAnOlderOne) {
+  Builder b(2);
+  b.op(0, 0, false).op(0, 1, false);
+  b.a.collectives.back().flags = kCollectiveUntracked;
+  b.op(1, 0, true).op(1, 1, true).op(1, 2, true).op(1, 3, false);
+  const CollectiveAnalysis c = analyze_collectives(b.a);
+  ASSERT_EQ(c.communicators.size(), 1u);
+  const auto lines = describe_verdict(b.a, c, c.communicators[0]);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "rank 1 waits in allreduce #3 on the world communicator (2 ranks; 8.00 MiB), which rank 0 had "
+                      "not entered");
+  EXPECT_EQ(lines[1], "rank 0 never entered it: its newest operation on the communicator, allreduce #1 (8.00 MiB), "
+                      "is untracked (whether it finished is not known)");
+  for (const std::string& line : lines) EXPECT_EQ(line.find("waits in allreduce #0"), std::string::npos) << line;
+}
+
 TEST(Collectives, AnArchiveWithoutCollectivesIsEmpty) {
   Builder b(3, {1});
   EXPECT_TRUE(analyze_collectives(b.a).empty());

@@ -129,6 +129,35 @@ TEST(Archive, ATakenNameIsNeverReplacedAndTheNextSaysWhoseItIs) {
   }
 }
 
+// A job id goes into file names (a merge's partial file, the names of a taken series): a file's own value is taken
+// only when it is what oomflight draws, 12 lower-case hex digits (the review of issue 30: "../" from a crafted file).
+TEST(Archive, AJobIdThatIsNotTwelveHexDigitsReadsAsNone) {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "x.h5").string();
+  Fixture f = make_fixture();
+  f.header.job_id = "0123456789ab";
+  ASSERT_EQ(write_archive(path, f.header, dump_of(f)), path);
+  EXPECT_EQ(read_archive_header(path).job_id, "0123456789ab");
+  for (const std::string hostile : {"../../etc/x", "0123456789AB", "0123456789abc", ""}) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    H5Adelete(file, "job_id");
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, hostile.empty() ? 1 : hostile.size());
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attribute = H5Acreate2(file, "job_id", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    std::string padded = hostile;
+    padded.resize(hostile.empty() ? 1 : hostile.size(), '\0');
+    H5Awrite(attribute, type, padded.data());
+    H5Aclose(attribute);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(file);
+    EXPECT_EQ(read_archive_header(path).job_id, "") << hostile;
+    EXPECT_EQ(read_archive(path).header.job_id, "") << hostile;
+  }
+}
+
 TEST(Archive, ReaderErrorsNameTheProblem) {
   test::TempDir dir;
   EXPECT_NE(read_error((dir.path() / "missing.h5").string()).find("no such file"), std::string::npos);

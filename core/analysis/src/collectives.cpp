@@ -101,6 +101,13 @@ std::vector<RankOperation> pair_records(std::span<const CollectiveRow> rows) {
   return ops;
 }
 
+// Whether the newest operation a rank entered on a communicator is untracked: then no older operation without an
+// end is "the one it waits in" (it went on past it, as far as anyone knows).
+bool newest_untracked(const RankCollectiveState& s, std::uint64_t comm_id) {
+  const RankCollectiveState::OnCommunicator* on = s.on(comm_id);
+  return on != nullptr && on->last_entered >= 0 && s.operations[static_cast<std::size_t>(on->last_entered)].untracked;
+}
+
 // Where a rank stands on one (communicator, operation): the newest sequence number it entered and the last of its
 // operations with that number.
 struct MemberState {
@@ -195,7 +202,7 @@ CollectiveAnalysis analyze_collectives(const Archive& a) {
       }
       (newest + 1 == static_cast<std::int64_t>(v.seq) ? v.short_of_it : v.behind).push_back(rank);
       // Short of this operation because it waits in another one on the same communicator: the ranks disagree.
-      if (s.in_flight >= 0) {
+      if (s.in_flight >= 0 && !newest_untracked(s, v.comm_id)) {
         const RankOperation& other = s.operations[static_cast<std::size_t>(s.in_flight)];
         if (other.comm_id == v.comm_id && other.op != v.op) v.different_op.push_back(rank);
       }
@@ -295,10 +302,17 @@ std::vector<std::string> describe_verdict(const Archive& a, const CollectiveAnal
     const RankCollectiveState& s = state(rank);
     const std::int64_t newest = v.newest_seq[static_cast<std::size_t>(
         std::lower_bound(v.members.begin(), v.members.end(), rank) - v.members.begin())];  // members ascend
-    const auto short_by = static_cast<std::int64_t>(v.seq) - newest;
+    // Modulo 2^64: a hostile archive's sequence numbers can be anything (newest is at least -1).
+    const std::uint64_t short_by = v.seq - static_cast<std::uint64_t>(newest);
     const std::string last = describe_last_finished(s, v.comm_id);
     const RankOperation* waits = s.in_flight >= 0 ? &s.operations[static_cast<std::size_t>(s.in_flight)] : nullptr;
-    if (waits != nullptr && waits->comm_id == v.comm_id && waits->op != v.op) {
+    if (newest_untracked(s, v.comm_id)) {
+      // Its newest operation here was not followed to its end: an older one without an end is not where it is.
+      const RankOperation& op = s.operations[static_cast<std::size_t>(s.on(v.comm_id)->last_entered)];
+      lines.push_back(fmt::format("rank {} never entered it: its newest operation on the communicator, {}, is "
+                                  "untracked (whether it finished is not known)",
+                                  rank, describe_operation(op)));
+    } else if (waits != nullptr && waits->comm_id == v.comm_id && waits->op != v.op) {
       lines.push_back(fmt::format("rank {} never entered it: it waits in {} on the same communicator instead (the "
                                   "ranks are in different operations)",
                                   rank, describe_operation(*waits)));

@@ -199,8 +199,8 @@ std::string device_figures_text(const RankSummary& s) {
   std::string text = fmt::format("device free {} of {}", format_bytes(r.device_free_bytes),
                                  r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "unknown");
   if (s.limit_is_cap) {
-    text += fmt::format("; this process may use {} of it (its per-process cap, torch's memory fraction)",
-                        format_bytes(r.memory_cap_bytes));
+    text += fmt::format("; this process may use {}{} (its per-process cap, torch's memory fraction)",
+                        format_bytes(r.memory_cap_bytes), r.device_capacity_bytes ? " of it" : "");
   }
   std::vector<const char*> read;
   if (r.numbers_from_message & kFromMessageRequested) read.push_back("the request");

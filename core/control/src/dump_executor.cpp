@@ -187,7 +187,7 @@ DumpResult DumpExecutor::write_single_rank(const ArchiveHeader& header, const Ra
   return r;
 }
 
-DumpRequest complete_from_message(DumpRequest r) {
+DumpRequest complete_from_message(DumpRequest r, bool device_published) {
   if (r.kind != DumpKind::oom) return r;
   const OomMessageFigures f = parse_oom_message(r.reason);
   if (r.requested_bytes == 0 && f.requested_bytes) {
@@ -195,7 +195,8 @@ DumpRequest complete_from_message(DumpRequest r) {
     r.numbers_from_message |= kFromMessageRequested;
   }
   // Capacity and free memory come as a pair from one sentence of the message, and go together.
-  if (r.device_free_bytes == 0 && r.device_capacity_bytes == 0 && f.device_free_bytes && f.device_capacity_bytes) {
+  if (!device_published && r.device_free_bytes == 0 && r.device_capacity_bytes == 0 && f.device_free_bytes &&
+      f.device_capacity_bytes) {
     r.device_free_bytes = *f.device_free_bytes;
     r.device_capacity_bytes = *f.device_capacity_bytes;
     r.numbers_from_message |= kFromMessageDevice;

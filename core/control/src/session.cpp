@@ -174,7 +174,9 @@ void Session::take_snapshot(const SnapshotWindow& window) {
 
 DumpResult Session::dump(const DumpRequest& given) {
   // An OutOfMemoryError that no allocator hook saw arrives with its message only: its figures come from there.
-  const DumpRequest request = complete_from_message(given);
+  const int device = given.device >= 0 ? given.device : recorder_.current_device();
+  const DumpRequest request =
+      complete_from_message(given, recorder_.memory(device).device_capacity_bytes != 0);
   if (!config_.enabled) {
     DumpResult r;
     r.kind = request.kind;

@@ -328,7 +328,9 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     }
     line(fmt::format("  rank {}: {} reserved of {}{} ({:.1f}%), {} headroom; peak reserved {}", r.rank,
                      format_bytes(r.reserved_bytes), format_bytes(s.limit_bytes),
-                     s.limit_is_cap ? fmt::format(" (its cap; the device holds {})", format_bytes(r.device_capacity_bytes))
+                     s.limit_is_cap ? (r.device_capacity_bytes ? fmt::format(" (its cap; the device holds {})",
+                                                                             format_bytes(r.device_capacity_bytes))
+                                                               : std::string(" (its cap)"))
                                     : std::string(),
                      100.0 * static_cast<double>(r.reserved_bytes) / static_cast<double>(s.limit_bytes),
                      format_bytes(s.headroom_bytes), format_bytes(r.peak_reserved_bytes)));

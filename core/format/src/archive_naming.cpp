@@ -56,6 +56,16 @@ int rename_no_replace(const char* from, const char* to) {
     ::unlink(from);
     return 0;
   }
+  if (errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP || errno == ENOSYS) {
+    // No hard links here (FUSE object stores such as gcsfuse and s3fs, CIFS without unix extensions): a name is
+    // checked, then taken by rename(2). Two writers racing for one name in the same instant can still meet there;
+    // a dump is never lost for it, as refusing the rename would lose it.
+    if (::access(to, F_OK) == 0) {
+      errno = EEXIST;
+      return -1;
+    }
+    return std::rename(from, to);
+  }
   return -1;
 }
 

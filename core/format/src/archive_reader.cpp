@@ -344,7 +344,15 @@ ArchiveHeader read_header(Reader& r) {
     }
   }
   h.run_name = r.string_attribute("run_name");
-  if (H5Aexists(r.file(), "job_id") > 0) h.job_id = r.string_attribute("job_id");
+  if (H5Aexists(r.file(), "job_id") > 0) {
+    // 12 lower-case hex digits as oomflight draws them; anything else (a crafted file) is no job id: it goes into
+    // file names (a merge's partial file, retention), where '/' or ".." must never come from a file.
+    std::string id = r.string_attribute("job_id");
+    const bool well_formed = id.size() == 12 && std::all_of(id.begin(), id.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    });
+    if (well_formed) h.job_id = std::move(id);
+  }
   h.kind = r.string_attribute("kind");
   h.created_at_utc = r.string_attribute("created_at_utc");
   h.reason = r.string_attribute("reason");

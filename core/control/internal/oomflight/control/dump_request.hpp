@@ -34,8 +34,10 @@ struct DumpRequest {
 
 /// An oom request's figures that the caller left at 0, taken from its reason where that is PyTorch's out-of-memory
 /// message (oom_message.hpp), each marked in numbers_from_message: the requested size, the device's capacity and free
-/// memory, the per-process cap. A figure the caller gave is kept. Other kinds are returned as they are.
-DumpRequest complete_from_message(DumpRequest request);
+/// memory, the per-process cap. A figure the caller gave is kept; the device's figures are not read when an allocator
+/// hook published them (`device_published`: its gauges know the device's capacity; a free of 0 is then the hook's
+/// own figure, not a missing one). Other kinds are returned as they are.
+DumpRequest complete_from_message(DumpRequest request, bool device_published);
 
 /// The outcome of a dump, as the rank that asked for it sees it.
 struct DumpResult {
