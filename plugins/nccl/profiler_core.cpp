@@ -158,6 +158,23 @@ void give_up(Slot& slot) {
 // end is missing (a NCCL that sends no channel events, or channels that have not started yet).
 bool can_take_over(std::uint64_t s) { return (s & kHostOpen) == 0 && running(s) == 0; }
 
+// Takes `slot` for a new operation when it is free, or, unless `free_only`, when only its device end is missing
+// (that operation is then given up on). False when it holds an operation that can still use it (or, with
+// `free_only`, one waiting for its device end). One acquire load and a compare-and-swap when it is free.
+bool try_claim(Slot& slot, std::uint32_t channels, bool free_only, std::uint64_t* gen) {
+  std::uint64_t s = slot.state.load(std::memory_order_acquire);
+  for (;;) {
+    const bool busy = (s & kBusy) != 0;
+    if (busy && (free_only || !can_take_over(s))) return false;
+    const std::uint64_t next = ((generation(s) + 1) << 32) | kBusy | kHostOpen | (channels > 0 ? kDeviceOpen : 0);
+    if (slot.state.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      if (busy) give_up(slot);
+      *gen = generation(next);
+      return true;
+    }
+  }
+}
+
 // Claims a slot for an operation, starting at the next one round robin and probing onwards: the first free slot,
 // else (once the whole pool was seen busy) one that only waits for a device end, which is then given up on; nullptr
 // when every slot holds an operation still in flight. On a communicator that has shown no channel event yet, a slot
@@ -173,40 +190,13 @@ Slot* claim(Context& c, std::uint32_t channels, std::uint64_t* gen) {
   Slot* fallback = nullptr;
   for (std::size_t probe = 0; probe < kSlots; ++probe) {
     Slot& slot = c.slots[(first + probe) & (kSlots - 1)];
-    std::uint64_t s = slot.state.load(std::memory_order_acquire);
-    if ((s & kBusy) != 0) {
-      if (!can_take_over(s)) continue;
-      if (device_ends) {
-        if (fallback == nullptr) fallback = &slot;
-        continue;
-      }
-    }
-    for (;;) {
-      const bool busy = (s & kBusy) != 0;
-      if (busy && !can_take_over(s)) break;  // claimed by another thread meanwhile: probe on
-      if (busy && device_ends) break;        // became a take-over candidate meanwhile: rather a free one
-      const std::uint64_t next = ((generation(s) + 1) << 32) | kBusy | kHostOpen | (channels > 0 ? kDeviceOpen : 0);
-      if (slot.state.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        if (busy) give_up(slot);
-        *gen = generation(next);
-        return &slot;
-      }
+    if (try_claim(slot, channels, device_ends, gen)) return &slot;
+    if (fallback == nullptr && device_ends && can_take_over(slot.state.load(std::memory_order_acquire))) {
+      fallback = &slot;
     }
   }
   // The pool held no free slot: take over one that only waits for its device end.
-  if (fallback != nullptr) {
-    std::uint64_t s = fallback->state.load(std::memory_order_acquire);
-    while ((s & kBusy) == 0 || can_take_over(s)) {
-      const bool busy = (s & kBusy) != 0;
-      const std::uint64_t next = ((generation(s) + 1) << 32) | kBusy | kHostOpen | (channels > 0 ? kDeviceOpen : 0);
-      if (fallback->state.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        if (busy) give_up(*fallback);
-        *gen = generation(next);
-        return fallback;
-      }
-    }
-  }
-  return nullptr;
+  return fallback != nullptr && try_claim(*fallback, channels, false, gen) ? fallback : nullptr;
 }
 
 // Clears `bits` (and, with `release_channel`, one running channel); frees the slot when nothing can use it.
