@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# The demo: 4 MPI ranks replay a real PyTorch training step (transformer LM, forward + backward + optimizer).
-# Rank 2's simulated GPU has 40 GiB, the others 64 GiB; the step needs ~57 GiB. Rank 2 runs out of memory, every
-# rank writes into one archive, the job dies as a real one would, and `oomflight report` reads the archive.
-# The snapshots come from $TORCH_SNAPSHOTS, or ../shared/data/torch-snapshots beside the checkout.
+# The demo: 4 MPI ranks replay a real PyTorch training step (a transformer LM: forward, backward, AdamW) that this
+# project's own example recorded on an NVIDIA H200 (examples/pytorch/snapshots: committed, nothing beside the clone
+# is needed). The step needs 6.93 GiB reserved; rank 2's simulated GPU has 6 GiB, the others 8 GiB. Rank 2 runs out
+# of memory, every rank writes into one archive, the job dies as a real one would, and `oomflight report` reads it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-snapshots=${TORCH_SNAPSHOTS:-$root/../shared/data/torch-snapshots}
-trace=$snapshots/transformer-lm-fullstep-ctx128.pickle
+trace=$root/examples/pytorch/snapshots/h200-transformer-lm-step1.pickle
 oomflight=$root/build/bin/oomflight
 if [ ! -f "$trace" ]; then
-  echo "demo: FAILED: no PyTorch snapshot at $trace (set TORCH_SNAPSHOTS to the folder of the shared snapshots)" >&2
+  echo "demo: FAILED: no PyTorch snapshot at $trace (it is committed: is this a whole checkout?)" >&2
   exit 1
 fi
 if [ ! -x "$oomflight" ]; then
@@ -22,10 +21,10 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "demo: mpirun --oversubscribe -np 4 oomflight run --run-name demo -- oomflight replay $(basename "$trace")" \
-     "--device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace --rank-delay 2=1s --rank-delay 3=1500ms"
+     "--device-memory 8GiB --rank-device-memory 2=6GiB --steps 2 --pace --rank-delay 2=1s --rank-delay 3=1500ms"
 set +e
 mpirun --oversubscribe -np 4 "$oomflight" run --run-name demo -- \
-  "$oomflight" replay "$trace" --device-memory 64GiB --rank-device-memory 2=40GiB --steps 2 --pace \
+  "$oomflight" replay "$trace" --device-memory 8GiB --rank-device-memory 2=6GiB --steps 2 --pace \
   --rank-delay 2=1s --rank-delay 3=1500ms 2>&1 | tee job.log
 status=${PIPESTATUS[0]}
 set -e

@@ -1,5 +1,5 @@
-"""`oomflight report --html` in a real browser: the demo's 4-rank job (scripts/demo.sh: rank 2's 40 GiB device runs
-out of memory, the others have 64 GiB) writes its archive, `oomflight report ARCHIVE --html` renders the page, and
+"""`oomflight report --html` in a real browser: the demo's 4-rank job (scripts/demo.sh: rank 2's 6 GiB device runs
+out of memory, the others have 8 GiB) writes its archive, `oomflight report ARCHIVE --html` renders the page, and
 Debian's headless Chromium loads it from a file:// URL with no network:
 
 - the page names no http(s) URL and every src/href is a data: URL (it is self-contained), and is under 1 MB;
@@ -10,20 +10,23 @@ Debian's headless Chromium loads it from a file:// URL with no network:
 - a screenshot (1400x2000) is written into the test's folder, checked to be a PNG of more than a few KB, and its
   path printed, for a person to look at.
 
-Usage: html_report_chromium.py OOMFLIGHT_CLI SNAPSHOT_DIR
+Usage: html_report_chromium.py OOMFLIGHT_CLI
 """
 import glob
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 
 import headless_chromium
 from headless_chromium import CHROMIUM
 
-CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
-TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fixtures import DEVICE_MEMORY, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+CLI = os.path.abspath(sys.argv[1])
+TRACE = OWN_SNAPSHOT  # the demo's step (tests/support/fixtures.py)
 # No OOMFLIGHT_* setting of the caller may change the job; Open MPI refuses root without the two OMPI_ variables.
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -50,9 +53,11 @@ def main():
         fail(f"no PyTorch snapshot at {TRACE}")
     work = tempfile.mkdtemp(prefix="oomflight-html-report-")
 
-    # The demo's job, as scripts/demo.sh runs it: it dies of rank 2's out-of-memory error by design.
+    # The demo's job, as scripts/demo.sh runs it (paced: every rank has recorded the model's parameters, 3.6 s before
+    # the step, when rank 2 fails in it): it dies of rank 2's out-of-memory error by design.
     job = subprocess.run(["mpirun", "--oversubscribe", "-np", "4", CLI, "run", "--run-name", "t", "--", CLI, "replay",
-                          TRACE, "--device-memory", "64GiB", "--rank-device-memory", "2=40GiB", "--steps", "2"],
+                          TRACE, "--device-memory", DEVICE_MEMORY, "--rank-device-memory", f"2={SMALL_DEVICE_MEMORY}",
+                          "--steps", "2", "--pace"],
                          cwd=work, env=ENV, capture_output=True, text=True, errors="replace", timeout=300)
     log = job.stdout + job.stderr
     if job.returncode == 0:

@@ -2,7 +2,9 @@
 """Proves that memory_viz_viewer.py (PyTorch's MemoryViz.js in headless Chromium) can fail, and fails for the
 right reason.
 
-- control: the real PyTorch snapshots of SNAPSHOT_DIR pass it (exit 0, a count line for each pickle and view);
+- control: the project's own snapshot, the real PyTorch snapshots of SNAPSHOT_DIR (when there), and the own
+  snapshot's state with its trace emptied (a rank frozen before its first traced event exports that) pass it (exit
+  0, a count line for each pickle and view);
 - planted bad exports, made from the smallest real snapshot into a temporary folder, all given to one run of the
   test together with an unmodified copy of that snapshot: the run must exit 1, print a FAILED line naming each
   planted pickle for the reason planted, and none naming the unmodified copy:
@@ -15,6 +17,9 @@ right reason.
       there but draws nothing: no allocation polygon in the timelines (only the empty "summarized" one), no entry
       and no rect in Allocator State History. The test must call that a failure.
 
+The control is the project's own snapshot (examples/pytorch/snapshots), and PyTorch's shared ones when they are
+beside the checkout. Without PyTorch's viewer it exits 77, which ctest reports as skipped, naming what is missing.
+
 Usage: memory_viz_viewer_selftest.py VIEWER_DIR SNAPSHOT_DIR
 """
 import glob
@@ -25,6 +30,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fixtures import OWN_SNAPSHOT, need  # noqa: E402  (tests/support)
 
 VIEWER_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_viz_viewer.py")
 VIEWS = ["Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"]
@@ -79,24 +88,35 @@ def main():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         sys.exit(2)
     viewer, snapshots = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    real = sorted(glob.glob(os.path.join(snapshots, "*.pickle")))
-    if not real:
-        print(f"memory_viz_viewer_selftest: FAILED: no *.pickle in {snapshots}")
-        sys.exit(1)
+    need(os.path.join(viewer, "MemoryViz.js"), "PyTorch's viewer", "memory_viz")
+    real = [OWN_SNAPSHOT] + sorted(glob.glob(os.path.join(snapshots, "*.pickle")))
     problems = []
+    # Also in the control: the own snapshot's state with no trace entry, as the export of a rank frozen before its
+    # first traced event is (a true history the viewer shows with nothing to select; it must pass).
+    control_dir = tempfile.mkdtemp(prefix="memory-viz-viewer-control-")
+    with open(OWN_SNAPSHOT, "rb") as f:
+        traceless = pickle.load(f)
+    traceless["device_traces"] = [[] for _ in traceless["device_traces"]]
+    real.append(os.path.join(control_dir, "trace-less.pickle"))
+    with open(real[-1], "wb") as f:
+        pickle.dump(traceless, f, protocol=4)
 
-    rc, out = run_viewer_test(viewer, snapshots)
+    rc, out = run_viewer_test(viewer, *real)
+    shutil.rmtree(control_dir, ignore_errors=True)
     print(out, end="")
     if rc != 0 or "all views drawn, no page error" not in out:
         problems.append(f"control: the real snapshots do not pass (exit {rc})")
     for path in real:
         for view in VIEWS:
-            if not re.search(rf"^{re.escape(os.path.basename(path))}: {view}: [1-9]", out, re.M):
+            counted = "[1-9]"
+            if path == real[-1] and view == "Allocator State History":
+                counted = r"0 entries \(the pickle holds no trace entry\); its state drawn: [1-9]"
+            if not re.search(rf"^{re.escape(os.path.basename(path))}: {view}: {counted}", out, re.M):
                 problems.append(f"control: no count line for {os.path.basename(path)}: {view}")
 
     work = tempfile.mkdtemp(prefix="memory-viz-viewer-selftest-")
     try:
-        base = min(real, key=os.path.getsize)
+        base = min(real[:-1], key=os.path.getsize)  # a real snapshot (the trace-less control is gone)
         planted = plant(base, work)
         unmodified = os.path.join(work, "unmodified.pickle")
         shutil.copyfile(base, unmodified)

@@ -1,5 +1,5 @@
-"""Faults during a real dump: 4 ranks under mpirun replay the full-step transformer trace, rank 2 runs out of
-memory, and something goes wrong while every rank writes its history:
+"""Faults during a real dump: 4 ranks under mpirun replay the demo's training step (the project's own H200
+snapshot, tests/support/fixtures.py), rank 2 runs out of memory, and something goes wrong while every rank writes its history:
 
 - a rank is stopped (SIGSTOP) as soon as its rank-local file is on disk, so it stalls the votes or the
   collective write; and once the archive is laid out (its partial file exists), so it stalls the write;
@@ -20,7 +20,7 @@ teardown; the origin's error text is printed, and before the job's own traceback
 name unless it is a complete archive of every rank; and every rank that froze its history has it on disk, event
 for event the same as in a dump that went well (the files merge into one archive with `oomflight merge`).
 
-Usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR. Exits 0 when every case holds; a case that cannot run here (no
+Usage: dump_faults.py OOMFLIGHT_CLI. Exits 0 when every case holds; a case that cannot run here (no
 mount for the tmpfs) is reported as skipped and exits 77 only when nothing else ran.
 """
 import os
@@ -36,8 +36,11 @@ from pathlib import Path
 
 import h5py
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fixtures import DEVICE_MEMORY, OOM_MESSAGE, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+
 CLI = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else ""
-TRACE = os.path.join(sys.argv[2], "transformer-lm-fullstep-ctx128.pickle") if len(sys.argv) > 2 else ""
+TRACE = OWN_SNAPSHOT
 TIMEOUT_S = 3
 BOUND_S = 3 * TIMEOUT_S + 20  # the promise, plus mpirun's own teardown on this shared 2-core machine
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
@@ -46,7 +49,9 @@ ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")}
 
 def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | None = None,
         file_size_limit_kib: int | None = None, replay_args: tuple = ()):
-    """Starts the demo's job: 4 ranks, rank 2 with 40 GiB runs out of memory. With file_size_limit_kib, each rank
+    """Starts the demo's job: 4 ranks, rank 2 with 6 GiB runs out of memory. Paced, as the demo is: the trace has no
+    state that predates it, and its first 100 entries (the model's parameters) come 3.6 s before the step, so every
+    rank has a history when rank 2 fails, however the machine's load schedules the ranks. With file_size_limit_kib, each rank
     runs under `ulimit -f` that many KiB, and MPI's shared-memory transport (whose segment files are bigger than
     that) is replaced by TCP, so that only oomflight's own writes meet the limit."""
     cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", f"OOMFLIGHT_DUMP_TIMEOUT={TIMEOUT_S}s"]
@@ -56,8 +61,8 @@ def job(workdir: Path, run: str, extra_env: dict | None = None, folder: str | No
         cmd += ["-x", f"{k}={v}"]
     if folder:
         cmd += ["-x", f"OOMFLIGHT_FOLDER={folder}"]
-    rank_cmd = [CLI, "run", "--run-name", run, "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
-                "--rank-device-memory", "2=40GiB", "--steps", "2", *replay_args]
+    rank_cmd = [CLI, "run", "--run-name", run, "--", CLI, "replay", TRACE, "--device-memory", DEVICE_MEMORY,
+                "--rank-device-memory", f"2={SMALL_DEVICE_MEMORY}", "--steps", "2", "--pace", *replay_args]
     if file_size_limit_kib:
         rank_cmd = ["bash", "-c", f'ulimit -f {file_size_limit_kib} && exec "$@"', "bash", *rank_cmd]
     cmd += rank_cmd
@@ -143,7 +148,7 @@ class DumpFaults(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not (CLI and os.path.exists(TRACE)):
-            raise unittest.SkipTest(f"usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR (no trace at {TRACE!r})")
+            raise unittest.SkipTest(f"usage: dump_faults.py OOMFLIGHT_CLI (no trace at {TRACE!r})")
         cls.work = Path(tempfile.mkdtemp(prefix="oomflight-faults-"))
         # A dump that goes well: the reference every faulty dump's files are compared with, event for event.
         out, _ = finish(job(cls.work, "baseline"))
@@ -169,7 +174,7 @@ class DumpFaults(unittest.TestCase):
             # The job's own words on one of this origin's lines: the first one, or, when another rank's trigger froze
             # this one between its oom event and its request, the line its request adds to the dump under way.
             own = [line for line in out[cause:].splitlines() if line.startswith(f"oomflight[rank {origin}] error:")]
-            self.assertTrue(any("CUDA out of memory. Tried to allocate 100.00 MiB" in line for line in own), out)
+            self.assertTrue(any(OOM_MESSAGE in line for line in own), out)
             if job_error >= 0:
                 self.assertLess(cause, job_error, out)
         # No file carries the archive's name unless it is a complete archive of every rank.
@@ -334,7 +339,7 @@ class DumpFaults(unittest.TestCase):
             with self.subTest(run=run):
                 name = f"twin{run}"
                 folder = self.work / name / "oomflight"
-                proc = job(self.work, name, replay_args=("--rank-device-memory", "3=40GiB"))
+                proc = job(self.work, name, replay_args=("--rank-device-memory", f"3={SMALL_DEVICE_MEMORY}"))
                 out, seconds = finish(proc)
                 self.check_common(out, seconds, folder, origins=(2, 3))
                 names = sorted(p.name for p in folder.iterdir())
@@ -375,13 +380,13 @@ class StartUp(unittest.TestCase):
 
     def setUp(self):
         if not (CLI and os.path.exists(TRACE)):
-            self.skipTest(f"usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR (no trace at {TRACE!r})")
+            self.skipTest(f"usage: dump_faults.py OOMFLIGHT_CLI (no trace at {TRACE!r})")
         self.work = Path(tempfile.mkdtemp(prefix="oomflight-startup-"))
         self.addCleanup(shutil.rmtree, self.work, True)
 
     def start(self, rank: int, setting: str, through_run: bool) -> tuple[str, float, int]:
         """4 ranks of the demo with `setting` (NAME=VALUE) exported on `rank` only."""
-        job_cmd = [CLI, "replay", TRACE, "--device-memory", "64GiB", "--steps", "3"]
+        job_cmd = [CLI, "replay", TRACE, "--device-memory", DEVICE_MEMORY, "--steps", "3"]
         if through_run:
             job_cmd = [CLI, "run", "--run-name", "startup", "--", *job_cmd]
         cmd = ["mpirun", "--oversubscribe", "-np", "4", "bash", "-c",
@@ -420,13 +425,13 @@ class StartUp(unittest.TestCase):
 
     def test_enabled_0_on_every_rank_writes_nothing_and_the_jobs_error_reaches_the_user(self):
         cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", "OOMFLIGHT_ENABLED=0", CLI, "run", "--", CLI,
-               "replay", TRACE, "--device-memory", "64GiB", "--rank-device-memory", "2=40GiB", "--steps", "2"]
+               "replay", TRACE, "--device-memory", DEVICE_MEMORY, "--rank-device-memory", f"2={SMALL_DEVICE_MEMORY}", "--steps", "2"]
         proc = subprocess.Popen(cmd, cwd=self.work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True)
         out, seconds = finish(proc)
         self.assertLess(seconds, 60, out)
         self.assertEqual(proc.returncode, 1, out)
-        self.assertIn("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 MiB", out)
+        self.assertIn("torch.OutOfMemoryError: " + OOM_MESSAGE, out)
         self.assertNotIn("oomflight[", out, "ENABLED=0 on every rank: oomflight says nothing")
         self.assertEqual(list(self.work.rglob("*.h5")), [])
 
@@ -441,7 +446,7 @@ class SnapshotMeetsOom(unittest.TestCase):
 
     def test_a_dump_wins_over_a_snapshot_on_every_rank(self):
         if not (CLI and os.path.exists(TRACE)):
-            self.skipTest(f"usage: dump_faults.py OOMFLIGHT_CLI SNAPSHOT_DIR (no trace at {TRACE!r})")
+            self.skipTest(f"usage: dump_faults.py OOMFLIGHT_CLI (no trace at {TRACE!r})")
         work = Path(tempfile.mkdtemp(prefix="oomflight-snapoom-"))
         self.addCleanup(shutil.rmtree, work, True)
         for i in range(self.RUNS):
@@ -449,8 +454,8 @@ class SnapshotMeetsOom(unittest.TestCase):
             with self.subTest(run=i, skip_batches=skip):
                 cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", f"OOMFLIGHT_DUMP_TIMEOUT={self.TIMEOUT_S}s",
                        "-x", f"OOMFLIGHT_SKIP_BATCHES={skip}", "-x", "OOMFLIGHT_SNAPSHOT_EVERY=1ba", CLI, "run",
-                       "--run-name", f"r{i}", "--", CLI, "replay", TRACE, "--device-memory", "64GiB",
-                       "--rank-device-memory", "2=40GiB", "--rank-memory-from-step", "3", "--steps", "6"]
+                       "--run-name", f"r{i}", "--", CLI, "replay", TRACE, "--device-memory", DEVICE_MEMORY,
+                       "--rank-device-memory", f"2={SMALL_DEVICE_MEMORY}", "--rank-memory-from-step", "3", "--steps", "6"]
                 proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, errors="replace", start_new_session=True)
                 out, seconds = finish(proc)

@@ -32,14 +32,20 @@ std::string error_of(const std::string& data, const Limits& limits = {}) {
   return "";
 }
 
+void expect_snapshot_document(const std::string& path) {
+  const Document doc = read_pickle_file(path);
+  ASSERT_TRUE(doc.root().is(Kind::dict)) << path;
+  ASSERT_NE(doc.root().get("segments"), nullptr) << path;
+  ASSERT_NE(doc.root().get("device_traces"), nullptr) << path;
+}
+
+TEST(Pickle, ReadsTheProjectsOwnSnapshot) { expect_snapshot_document(test::own_snapshot()); }
+
 TEST(Pickle, ReadsEverySharedSnapshot) {
-  for (const char* name : {"cnn-train-eor.pickle", "transformer-lm-forward-mixed-ctx128.pickle",
-                           "transformer-lm-fullstep-ctx128.pickle"}) {
-    const Document doc = read_pickle_file(test::snapshot_path(name));
-    ASSERT_TRUE(doc.root().is(Kind::dict)) << name;
-    ASSERT_NE(doc.root().get("segments"), nullptr) << name;
-    ASSERT_NE(doc.root().get("device_traces"), nullptr) << name;
-  }
+  OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP(cnn, "cnn-train-eor.pickle");
+  OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP(forward, "transformer-lm-forward-mixed-ctx128.pickle");
+  OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP(fullstep, "transformer-lm-fullstep-ctx128.pickle");
+  for (const std::string& path : {cnn, forward, fullstep}) expect_snapshot_document(path);
 }
 
 // {"a": [1, -2, 300, 70000, 2**40, 1.5, True, None, "é", b"x"], "t": (1, 2)} by hand, protocol 2 style
@@ -110,7 +116,7 @@ TEST(Pickle, NamesTheFormatsPeopleMistakeForSnapshots) {
 }
 
 TEST(Pickle, TruncatedSnapshotsFailCleanly) {
-  const std::string full = read_file(test::snapshot_path("cnn-train-eor.pickle"));
+  const std::string full = read_file(test::own_snapshot());
   ASSERT_NO_THROW(Document::parse(full));
   for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{11}, std::size_t{100},
                           full.size() / 3, full.size() / 2, full.size() - 2, full.size() - 1}) {
@@ -204,7 +210,7 @@ TEST(Pickle, ValueAndMemoryLimitsAreNamed) {
 }
 
 TEST(Pickle, RealSnapshotsFitTheDefaultLimitsWithRoom) {
-  const std::string full = read_file(test::snapshot_path("transformer-lm-fullstep-ctx128.pickle"));
+  const std::string full = read_file(test::own_snapshot());
   const Document doc = Document::parse(full);
   // About one value per 25 bytes of pickle, and a few times the file in memory: the defaults leave a factor
   // of hundreds.

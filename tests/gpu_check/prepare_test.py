@@ -2,7 +2,7 @@
 machine's 64 MiB, and with this machine's own Open MPI hidden (a private mount namespace binds empty folders over
 its libraries, components and data files, as on the GPU machine, which has none) the folder's mpirun and CLI run
 the demo: 2 ranks, rank 1 out of memory, one archive of both ranks naming rank 1. Usage:
-    prepare_test.py SOURCE_DIR BUILD_DIR SNAPSHOT_DIR"""
+    prepare_test.py SOURCE_DIR BUILD_DIR"""
 import os
 import shutil
 import subprocess
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import h5py
 
-SOURCE, BUILD, SNAPSHOTS = (Path(a).resolve() for a in sys.argv[1:4]) if len(sys.argv) > 3 else (None, None, None)
+SOURCE, BUILD = (Path(a).resolve() for a in sys.argv[1:3]) if len(sys.argv) > 2 else (None, None)
 HIDDEN = ["/usr/lib/x86_64-linux-gnu/openmpi", "/usr/share/openmpi", "/etc/openmpi"]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OOMFLIGHT_", "OMPI_", "OPAL_"))}
 
@@ -22,7 +22,7 @@ class Prepare(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if SOURCE is None:
-            raise unittest.SkipTest("usage: prepare_test.py SOURCE_DIR BUILD_DIR SNAPSHOT_DIR")
+            raise unittest.SkipTest("usage: prepare_test.py SOURCE_DIR BUILD_DIR")
         cls.work = Path(tempfile.mkdtemp(prefix="oomflight-gpu-check-"))
         cls.bundle = cls.work / "gpu-check"
         r = subprocess.run([SOURCE / "scripts/gpu_check/prepare.sh", BUILD, cls.bundle], capture_output=True,
@@ -44,12 +44,12 @@ class Prepare(unittest.TestCase):
             self.assertFalse(name.startswith(("libc.so", "libstdc++", "libgcc_s", "ld-linux")), name)
 
     def test_its_mpirun_and_cli_run_the_demo_without_this_machines_open_mpi(self):
-        trace = SNAPSHOTS / "transformer-lm-fullstep-ctx128.pickle"
+        trace = SOURCE / "examples/pytorch/snapshots/h200-transformer-lm-step1.pickle"  # the demo's step
         hide = "; ".join(f"mount --bind {self.work / 'empty'} {d}" for d in HIDDEN)
         (self.work / "empty").mkdir(exist_ok=True)
         job = (f"{hide}; ls /usr/share/openmpi | wc -l; source {self.bundle}/env.sh; "
                f"mpirun --oversubscribe -np 2 oomflight run --run-name relocated -- oomflight replay {trace} "
-               f"--device-memory 64GiB --rank-device-memory 1=40GiB --steps 1")
+               f"--device-memory 8GiB --rank-device-memory 1=6GiB --steps 1")
         if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
             self.skipTest("unshare -m is not permitted here (needs root): Open MPI cannot be hidden")
         r = subprocess.run(["unshare", "-m", "bash", "-c", job], cwd=self.work, env=ENV, capture_output=True,

@@ -63,7 +63,7 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheProblem) {
 // written over an input or an existing archive.
 TEST(Cli, RefusesOutOfRangeNumbersAndOutputsThatWouldDestroyData) {
   TempDir dir;
-  const std::string pickle = test::snapshot_path("cnn-train-eor.pickle");
+  const std::string pickle = test::own_snapshot();
   const auto imported = run_command(cli(fmt::format("import {} -o a.h5", pickle)), dir.path());
   ASSERT_EQ(imported.exit_code, 0) << imported.output;
   const auto size = std::filesystem::file_size(dir.path() / "a.h5");
@@ -116,7 +116,7 @@ TEST(Report, AReaderOfItsOutputThatGoesAwayIsNotACrash) {
   // `oomflight report A.h5 | head -1`: the report dies of SIGPIPE in its reader process, which is not the HDF5
   // library crashing on a damaged file; it ends quietly, as any filter would.
   TempDir dir;
-  const std::string snapshot = test::snapshot_path("cnn-train-eor.pickle");
+  const std::string snapshot = test::own_snapshot();
   ASSERT_EQ(run_command(cli(fmt::format("import {} -o a.h5", snapshot)), dir.path()).exit_code, 0);
   const auto whole = run_command(cli("report a.h5"), dir.path());
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
@@ -140,7 +140,7 @@ TEST(Report, ReadsAnArchiveThatAnotherProcessHoldsLocked) {
   // refuses every file on a file system without flock (Lustre without the mount option): oomflight opens its
   // files without HDF5's lock. Here a process holds an exclusive flock on the archive while report and export run.
   TempDir dir;
-  const std::string snapshot = test::snapshot_path("cnn-train-eor.pickle");
+  const std::string snapshot = test::own_snapshot();
   ASSERT_EQ(run_command(cli(fmt::format("import {} -o a.h5", snapshot)), dir.path()).exit_code, 0);
   std::ofstream(dir.path() / "locked.py")
       << "import fcntl, subprocess, sys\n"
@@ -154,13 +154,17 @@ TEST(Report, ReadsAnArchiveThatAnotherProcessHoldsLocked) {
   EXPECT_EQ(merged.exit_code, 0) << merged.output;
 }
 
-TEST(Demo, RefusesToRunWithoutItsSnapshotsAndSaysWhere) {
+TEST(Demo, RefusesToRunWithoutItsSnapshotAndSaysWhere) {
+  // The demo script alone, in a folder that is not a checkout: it names the committed snapshot it did not find.
   TempDir dir;
-  const auto r = run_command(fmt::format("env TORCH_SNAPSHOTS={}/none {}/scripts/demo.sh", dir.path().string(),
-                                         OOMFLIGHT_SOURCE_DIR),
-                             dir.path());
+  std::filesystem::create_directories(dir.path() / "scripts");
+  std::filesystem::copy_file(std::filesystem::path(OOMFLIGHT_SOURCE_DIR) / "scripts/demo.sh",
+                             dir.path() / "scripts/demo.sh");
+  const auto r = run_command("bash scripts/demo.sh", dir.path());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("demo: FAILED: no PyTorch snapshot at " + dir.path().string() + "/none"), std::string::npos)
+  EXPECT_NE(r.output.find("demo: FAILED: no PyTorch snapshot at " + dir.path().string() +
+                          "/examples/pytorch/snapshots/h200-transformer-lm-step1.pickle"),
+            std::string::npos)
       << r.output;
 }
 

@@ -4,7 +4,7 @@ ranks waiting in the all-reduce rank 2 never entered; and {host} and {local_rank
 same names under srun and under mpirun. Needs the one-node cluster of scripts/slurm/start.sh (bootstrap.sh starts
 it); without one the test fails, naming the script.
 
-Usage: slurm_launch.py OOMFLIGHT_CLI SNAPSHOT_DIR
+Usage: slurm_launch.py OOMFLIGHT_CLI
 """
 import os
 import socket
@@ -16,13 +16,15 @@ from pathlib import Path
 
 import h5py
 
-CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
-TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fixtures import DEVICE_MEMORY, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+CLI = os.path.abspath(sys.argv[1])
+TRACE = OWN_SNAPSHOT  # the demo's step (tests/support/fixtures.py)
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith(("OOMFLIGHT_", "OMPI_", "PMIX_", "SLURM_"))},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        # Every rank keeps its rank-local file, named with its host and its rank on that host.
        "OOMFLIGHT_KEEP_RANK_FILES": "1", "OOMFLIGHT_RANK_FILENAME": "{kind}.{batch}.{host}.local{local_rank}.rank{rank}.h5"}
-DEMO = ["replay", TRACE, "--device-memory", "64GiB", "--rank-device-memory", "2=40GiB", "--steps", "2", "--pace",
+DEMO = ["replay", TRACE, "--device-memory", DEVICE_MEMORY, "--rank-device-memory", f"2={SMALL_DEVICE_MEMORY}", "--steps", "2", "--pace",
         "--rank-delay", "2=1s", "--rank-delay", "3=1500ms"]
 LAUNCHERS = {"srun": ["srun", "-n", "4", "--mpi=pmix"], "mpirun": ["mpirun", "--oversubscribe", "-np", "4"]}
 

@@ -7,7 +7,7 @@ MPI_Allreduce after each step on the world communicator. Read with h5py (/collec
 - A rank that fails in batch 2 after two good steps: every rank finished allreduce #0 and #1 (a start and an end
   each, in order), and the others wait in #2.
 
-Usage: collectives.py OOMFLIGHT_CLI SNAPSHOT_DIR
+Usage: collectives.py OOMFLIGHT_CLI
 """
 import json
 import os
@@ -19,8 +19,10 @@ from pathlib import Path
 
 import h5py
 
-CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
-TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fixtures import DEVICE_MEMORY, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+CLI = os.path.abspath(sys.argv[1])
+TRACE = OWN_SNAPSHOT  # the demo's step (tests/support/fixtures.py)
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 WORLD = 0x6f6f6d776f726c64  # oomflight_world_communicator()
@@ -28,7 +30,7 @@ WORLD = 0x6f6f6d776f726c64  # oomflight_world_communicator()
 
 def run_job(work: Path, *replay_args: str) -> Path:
     cmd = ["mpirun", "--oversubscribe", "-np", "4", CLI, "run", "--run-name", "coll", "--", CLI, "replay", TRACE,
-           "--device-memory", "64GiB", "--rank-device-memory", "2=40GiB", "--pace", *replay_args]
+           "--device-memory", DEVICE_MEMORY, "--rank-device-memory", f"2={SMALL_DEVICE_MEMORY}", "--pace", *replay_args]
     r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode != 0, "rank 2's out-of-memory error must end the job:\n" + out

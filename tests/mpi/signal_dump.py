@@ -4,7 +4,7 @@ down): one archive of kind "exit" of all ranks, then every rank ends by SIGTERM,
 is the same trace, so every ended batch of every rank has the same alloc count and the same own peak, the peak
 the replay itself reports.
 
-Usage: signal_dump.py OOMFLIGHT_CLI SNAPSHOT_DIR
+Usage: signal_dump.py OOMFLIGHT_CLI
 """
 import os
 import re
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import h5py
 
-CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
-TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fixtures import DEVICE_MEMORY, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+CLI = os.path.abspath(sys.argv[1])
+TRACE = OWN_SNAPSHOT  # the demo's step (tests/support/fixtures.py)
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
@@ -67,7 +69,7 @@ class SignalDump(unittest.TestCase):
     def test_sigusr1_to_one_rank_dumps_every_rank_and_training_goes_on(self):
         work = Path(tempfile.mkdtemp(prefix="oomflight-signal-"))
         cmd = ["mpirun", "--oversubscribe", "-np", "4", CLI, "run", "--run-name", "sig", "--", CLI, "replay", TRACE,
-               "--device-memory", "64GiB", "--steps", "1500"]
+               "--device-memory", DEVICE_MEMORY, "--steps", "5000"]
         proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         # Rank 1, once its session is up (before that, SIGUSR1's default action would kill it).
@@ -77,7 +79,7 @@ class SignalDump(unittest.TestCase):
             pid = replay_pid(1)
             time.sleep(0.01)
         self.assertTrue(pid and catches_sigusr1(pid), "rank 1 never installed its SIGUSR1 handler")
-        # Into the training loop: reading the 3.2 MB trace takes about 0.2 s of CPU, a step about 10 ms.
+        # Into the training loop: reading the 0.75 MB trace takes about 0.05 s of CPU, a step about 2 ms.
         while time.monotonic() < deadline and cpu_seconds(pid) < 1.0:
             time.sleep(0.01)
         # A burst, as a script in a loop sends it: one dump (OOMFLIGHT_SIGNAL_DUMP_INTERVAL, 10 s by default).
@@ -87,7 +89,7 @@ class SignalDump(unittest.TestCase):
         out, _ = proc.communicate(timeout=300)
         self.assertEqual(proc.returncode, 0, out)
         for rank in range(4):
-            self.assertIn(f"rank {rank}: replayed 1500 step(s)", out, "training must go on after the dump")
+            self.assertIn(f"rank {rank}: replayed 5000 step(s)", out, "training must go on after the dump")
         self.assertIn("oomflight[rank 1] info: rank 1 asked for a signal dump at batch", out)
         self.assertEqual(out.count("asked for a signal dump at batch"), 2, out)  # its start and its end, once
         skipped = [line for line in out.splitlines() if "skipped (OOMFLIGHT_SIGNAL_DUMP_INTERVAL=10.000 s)" in line]
@@ -95,7 +97,7 @@ class SignalDump(unittest.TestCase):
         archives = sorted((work / "sig" / "oomflight").glob("*.h5"))
         self.assertEqual(len(archives), 1, f"{archives}\n{out}")
         self.assertRegex(archives[0].name, r"^signal\.\d+\.h5$")
-        peak = re.search(r"rank 0: replayed 1500 step\(s\) of .*: peak reserved [\d.]+ GiB of 64.00 GiB, "
+        peak = re.search(r"rank 0: replayed 5000 step\(s\) of .*: peak reserved [\d.]+ GiB of 8.00 GiB, "
                          r"peak allocated ([\d.]+) GiB", out)
         self.assertTrue(peak, out)
         with h5py.File(archives[0], "r") as f:
@@ -126,7 +128,7 @@ class SignalDump(unittest.TestCase):
         work = Path(tempfile.mkdtemp(prefix="oomflight-exit-"))
         cmd = ["mpirun", "--oversubscribe", "-np", "4", "-x", "OOMFLIGHT_DUMP_ON_EXIT=1", "-x",
                "OOMFLIGHT_DUMP_TIMEOUT=5s", CLI, "run", "--run-name", "exit", "--", CLI, "replay", TRACE,
-               "--device-memory", "64GiB", "--steps", "100000"]
+               "--device-memory", DEVICE_MEMORY, "--steps", "100000"]
         proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         deadline = time.monotonic() + 60
@@ -158,7 +160,7 @@ class SignalDump(unittest.TestCase):
     def test_without_dump_on_exit_sigterm_is_left_alone(self):
         work = Path(tempfile.mkdtemp(prefix="oomflight-noexit-"))
         cmd = ["mpirun", "--oversubscribe", "-np", "2", CLI, "run", "--run-name", "plain", "--", CLI, "replay", TRACE,
-               "--device-memory", "64GiB", "--steps", "100000"]
+               "--device-memory", DEVICE_MEMORY, "--steps", "100000"]
         proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         deadline = time.monotonic() + 60

@@ -155,23 +155,28 @@ TEST(SimulatedDevice, AllocatedCountsBlocksRoundedTo512BytesEventsKeepTheRequest
   EXPECT_EQ(sink.events.back().size, 513u);
 }
 
-TEST(SimulatedDevice, RealFullStepFitsIn64GiBAndEveryTraceEventIsEmitted) {
-  StackTable stacks;
-  const auto snap = read_torch_snapshot(test::snapshot_path("transformer-lm-fullstep-ctx128.pickle"), stacks);
-  SimulatedDevice device(snap, parse_bytes("64GiB"));
+struct TraceCounts {
+  std::size_t allocs, free_requested, free_completed;
+};
+
+// A device with room for the whole step: every alloc and free of the trace is emitted, the peak stays within the
+// capacity (and above `least_peak`), nothing is out of place, and a second loop starts from the first one's state.
+void expect_fits_and_emits_every_event(const TorchSnapshot& snap, std::uint64_t capacity, TraceCounts want,
+                                       std::uint64_t least_peak) {
+  SimulatedDevice device(snap, capacity);
   CollectingSink sink;
   ASSERT_FALSE(device.replay(sink).has_value());
-  std::size_t allocs = 0, requested = 0, completed = 0;
+  TraceCounts got{0, 0, 0};
   for (const auto& e : sink.events) {
-    allocs += e.action == Action::alloc;
-    requested += e.action == Action::free_requested;
-    completed += e.action == Action::free_completed;
+    got.allocs += e.action == Action::alloc;
+    got.free_requested += e.action == Action::free_requested;
+    got.free_completed += e.action == Action::free_completed;
   }
-  EXPECT_EQ(allocs, 6771u);
-  EXPECT_EQ(requested, 5894u);
-  EXPECT_EQ(completed, 5894u);
-  EXPECT_LE(device.stats().peak_reserved_bytes, parse_bytes("64GiB"));
-  EXPECT_GT(device.stats().peak_reserved_bytes, parse_bytes("56GiB"));
+  EXPECT_EQ(got.allocs, want.allocs);
+  EXPECT_EQ(got.free_requested, want.free_requested);
+  EXPECT_EQ(got.free_completed, want.free_completed);
+  EXPECT_LE(device.stats().peak_reserved_bytes, capacity);
+  EXPECT_GT(device.stats().peak_reserved_bytes, least_peak);
   const auto& a = device.anomalies();
   EXPECT_EQ(a.alloc_outside_segments + a.free_of_unknown_block + a.free_of_unknown_segment, 0u);
   // A second loop starts from the same state as the first.
@@ -181,17 +186,16 @@ TEST(SimulatedDevice, RealFullStepFitsIn64GiBAndEveryTraceEventIsEmitted) {
   ASSERT_FALSE(device.replay(sink).has_value());
 }
 
-TEST(SimulatedDevice, RealFullStepRunsOutOfMemoryIn40GiBWithinCapacityUntilThen) {
-  StackTable stacks;
-  const auto snap = read_torch_snapshot(test::snapshot_path("transformer-lm-fullstep-ctx128.pickle"), stacks);
-  const std::uint64_t capacity = parse_bytes("40GiB");
+// A device too small for the step: out of memory within the capacity until then, every alloc before the failing
+// entry emitted in order; more memory (`bigger`) fails later or not at all; a device the size of the start state
+// fails at the first segment.
+void expect_runs_out_within_capacity(const TorchSnapshot& snap, std::uint64_t capacity, std::uint64_t bigger_capacity) {
   SimulatedDevice device(snap, capacity);
   CollectingSink sink;
   const auto oom = device.replay(sink);
   ASSERT_TRUE(oom.has_value());
   EXPECT_LE(device.stats().peak_reserved_bytes, capacity);
   EXPECT_LT(oom->device_free_bytes, parse_bytes("2MiB") + oom->requested_bytes);
-  // Every alloc of the trace before the failing entry was emitted, in order, with its size.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> trace_allocs, emitted;
   for (std::size_t i = 0; i < oom->trace_index; ++i) {
     const auto& e = snap.device_traces[0][i];
@@ -201,18 +205,47 @@ TEST(SimulatedDevice, RealFullStepRunsOutOfMemoryIn40GiBWithinCapacityUntilThen)
     if (e.action == Action::alloc) emitted.emplace_back(e.addr, e.size);
   }
   EXPECT_EQ(emitted, trace_allocs);
-  // More memory fails later or not at all; a device the size of the start state fails at the first segment.
-  SimulatedDevice bigger(snap, parse_bytes("48GiB"));
+  SimulatedDevice bigger(snap, bigger_capacity);
   CollectingSink sink2;
   const auto later = bigger.replay(sink2);
   if (later) {
     EXPECT_GT(later->trace_index, oom->trace_index);
+  } else {
+    EXPECT_LE(bigger.stats().peak_reserved_bytes, bigger_capacity);
   }
   SimulatedDevice tight(snap, device.start_reserved_bytes());
   CollectingSink sink3;
   const auto first = tight.replay(sink3);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(snap.device_traces[0][first->trace_index].action, Action::segment_alloc);
+}
+
+// The project's own H200 step (the demo's): 6.93 GiB reserved at its peak.
+TEST(SimulatedDevice, OwnStepFitsIn8GiBAndEveryTraceEventIsEmitted) {
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(test::own_snapshot(), stacks);
+  expect_fits_and_emits_every_event(snap, parse_bytes("8GiB"), {1332, 1101, 1101}, parse_bytes("6656MiB"));
+}
+
+TEST(SimulatedDevice, OwnStepRunsOutOfMemoryIn6GiBWithinCapacityUntilThen) {
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(test::own_snapshot(), stacks);
+  // Its 998 MiB logits block fails on any device under the 6.93 GiB peak; 7 GiB holds the whole step.
+  expect_runs_out_within_capacity(snap, parse_bytes("6GiB"), parse_bytes("7GiB"));
+}
+
+TEST(SimulatedDevice, SharedFullStepFitsIn64GiBAndEveryTraceEventIsEmitted) {
+  OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP(path, "transformer-lm-fullstep-ctx128.pickle");
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(path, stacks);
+  expect_fits_and_emits_every_event(snap, parse_bytes("64GiB"), {6771, 5894, 5894}, parse_bytes("56GiB"));
+}
+
+TEST(SimulatedDevice, SharedFullStepRunsOutOfMemoryIn40GiBWithinCapacityUntilThen) {
+  OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP(path, "transformer-lm-fullstep-ctx128.pickle");
+  StackTable stacks;
+  const auto snap = read_torch_snapshot(path, stacks);
+  expect_runs_out_within_capacity(snap, parse_bytes("40GiB"), parse_bytes("48GiB"));
 }
 
 }  // namespace

@@ -14,17 +14,34 @@
 
 namespace oomflight::test {
 
-std::string snapshot_path(const std::string& name) {
+namespace {
+std::filesystem::path shared_snapshot_dir() {
   // TORCH_SNAPSHOTS, not an OOMFLIGHT_* name: every OOMFLIGHT_* variable is a setting, and oomflight refuses
   // unknown ones (a test's own variable must not make the jobs it starts refuse to run).
   const char* env = std::getenv("TORCH_SNAPSHOTS");
-  const std::filesystem::path dir = env ? env : OOMFLIGHT_SNAPSHOTS;
-  const auto path = dir / name;
+  return env ? env : OOMFLIGHT_SNAPSHOTS;
+}
+}  // namespace
+
+std::string own_snapshot() {
+  const auto path =
+      std::filesystem::path(OOMFLIGHT_SOURCE_DIR) / "examples/pytorch/snapshots/h200-transformer-lm-step1.pickle";
   if (!std::filesystem::exists(path)) {
-    ADD_FAILURE() << "missing fixture " << path << " (the shared snapshots must sit beside the checkout)";
+    ADD_FAILURE() << "missing " << path << ": it is committed, is this a whole checkout?";
     throw std::runtime_error("missing fixture");
   }
   return path.string();
+}
+
+std::string shared_snapshot(const std::string& name) {
+  const auto path = shared_snapshot_dir() / name;
+  return std::filesystem::exists(path) ? path.string() : std::string();
+}
+
+std::string missing_shared_snapshot(const std::string& name) {
+  return fmt::format("needs the third-party PyTorch snapshot {}, which is not at {} (put the shared snapshots in "
+                     "../shared/data/torch-snapshots beside the checkout, or name their folder in TORCH_SNAPSHOTS)",
+                     name, (shared_snapshot_dir() / name).string());
 }
 
 TempDir::TempDir() {
@@ -69,7 +86,7 @@ namespace {
 template <class Emit>
 std::vector<SimEvent> emitted(const std::string& snapshot, std::uint64_t capacity, Emit emit) {
   StackTable stacks;
-  const auto snap = read_torch_snapshot(snapshot_path(snapshot), stacks);
+  const auto snap = read_torch_snapshot(snapshot, stacks);
   sim::SimulatedDevice device(snap, capacity);
   CollectingSink sink;
   emit(device, sink);

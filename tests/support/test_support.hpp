@@ -10,9 +10,23 @@
 
 namespace oomflight::test {
 
-/// Path of a shared snapshot by file name, in $TORCH_SNAPSHOTS or ../shared/data/torch-snapshots; fails the test
-/// (ADD_FAILURE + throw) when it is missing.
-std::string snapshot_path(const std::string& name);
+/// The snapshot this project's own example wrote on an H200 (examples/pytorch/snapshots, committed: every clone has
+/// it): 3,600 trace entries, 6.93 GiB reserved at its peak. Fails the test (ADD_FAILURE + throw) when it is missing.
+std::string own_snapshot();
+
+/// Path of a third-party snapshot by file name, in $TORCH_SNAPSHOTS or ../shared/data/torch-snapshots (beside the
+/// checkout; a plain clone has none); empty when it is not there. Tests take it through
+/// OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP, which skips them saying what is missing.
+std::string shared_snapshot(const std::string& name);
+
+/// Why a test that needs the shared snapshot `name` is skipped: what is missing, and where to put it.
+std::string missing_shared_snapshot(const std::string& name);
+
+/// Declares `var` as the path of the shared snapshot `name`, or skips the test (GTEST_SKIP, which ctest reports as
+/// skipped) naming what is missing.
+#define OOMFLIGHT_SHARED_SNAPSHOT_OR_SKIP(var, name)                                   \
+  const std::string var = ::oomflight::test::shared_snapshot(name);                    \
+  if (var.empty()) GTEST_SKIP() << ::oomflight::test::missing_shared_snapshot(name)
 
 /// A fresh empty folder under the build's temp area, removed by the destructor.
 class TempDir {
@@ -55,11 +69,12 @@ class CollectingSink final : public sim::EventSink {
   MemoryStats last;
 };
 
-/// The events one loop of `snapshot` at `capacity` bytes emits (what a rank of `oomflight replay --steps 1`
+/// The events one loop of the snapshot at the path `snapshot` at `capacity` bytes emits (what a rank of `oomflight replay --steps 1`
 /// records after its step marker).
 std::vector<SimEvent> expected_replay(const std::string& snapshot, std::uint64_t capacity);
 
-/// The events a rank of `oomflight replay` records before its first step marker: the trace's start state
+/// The events a rank of `oomflight replay` (of the snapshot at the path `snapshot`) records before its first step
+/// marker: the trace's start state
 /// (SimulatedDevice::emit_start_state).
 std::vector<SimEvent> expected_start_state(const std::string& snapshot, std::uint64_t capacity);
 
