@@ -5,8 +5,8 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
+#include "archive_summary.hpp"
 #include "commands.hpp"
 #include "isolate.hpp"
 #include "output_guard.hpp"
@@ -70,9 +70,7 @@ Command add_import(CLI::App& app) {
         std::vector<std::string> notes;
         const ArchiveHeader h = import_torch_snapshots(inputs, o->output, o->import, &notes);
         for (const auto& note : notes) fmt::print(stderr, "oomflight import: note: {}\n", note);
-        fmt::print("{}: run {}, kind {}, ranks {} ({} of {}), origins {}\n", o->output, h.run_name, h.kind,
-                   fmt::join(h.ranks_present, ","), h.ranks_present.size(), h.world_size,
-                   h.origin_ranks.empty() ? std::string("none") : fmt::format("{}", fmt::join(h.origin_ranks, ",")));
+        print_archive_summary(o->output, h);
         return kExitOk;
       } catch (const std::exception& e) {
         print_error(e.what());

@@ -1,8 +1,8 @@
 // `oomflight merge FILE... -o ARCHIVE`: rank-local files (from one dump, any subset of its ranks) become one
 // archive that report and the exporters read like any other.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
+#include "archive_summary.hpp"
 #include "commands.hpp"
 #include "isolate.hpp"
 #include "output_guard.hpp"
@@ -26,9 +26,7 @@ Command add_merge(CLI::App& app) {
     return run_isolated(fmt::format("merge into {}", *output), [&] {
       try {
         const ArchiveHeader h = merge_archives(*inputs, *output);
-        fmt::print("{}: run {}, kind {}, ranks {} ({} of {}), origins {}\n", *output, h.run_name, h.kind,
-                   fmt::join(h.ranks_present, ","), h.ranks_present.size(), h.world_size,
-                   fmt::join(h.origin_ranks, ","));
+        print_archive_summary(*output, h);
         return kExitOk;
       } catch (const std::exception& e) {
         print_error(e.what());

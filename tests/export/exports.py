@@ -521,6 +521,24 @@ class DemoArchive(unittest.TestCase):
 
     gib = staticmethod(lambda n: f"{n / 2**30:.2f} GiB")
 
+    def test_import_then_export_gives_back_the_own_snapshot(self):
+        """The project's own snapshot (torch 2.11: external_annotations, and compile_context and user_metadata on
+        every entry) through import, export, merge and export again comes back exactly (Python's ==)."""
+        out = self.work / "own-roundtrip"
+        r = cli("import", OWN_SNAPSHOT, "-o", self.work / "own.h5", "--run-name", "own", cwd=self.work)
+        self.assertIn("own.h5: run own, kind snapshot, ranks 0 (1 of 1), origins none", r.stdout)
+        cli("export", self.work / "own.h5", "--format", "memory_viz", "-o", out, "--filename", "{run_name}.{rank}.pickle",
+            cwd=self.work)
+        r = cli("merge", self.work / "own.h5", "-o", self.work / "own-merged.h5", cwd=self.work)
+        self.assertIn("own-merged.h5: run own, kind snapshot, ranks 0 (1 of 1), origins none", r.stdout)
+        cli("export", self.work / "own-merged.h5", "--format", "memory_viz", "-o", out / "merged", "--filename",
+            "{run_name}.{rank}.pickle", cwd=self.work)
+        original = load(OWN_SNAPSHOT)
+        for path in (out / "own.0.pickle", out / "merged" / "own.0.pickle"):
+            ours = load(path)
+            self.assertEqual(first_differences(original, ours), [], path.name)
+            self.assertTrue(ours == original, path.name)
+
     def test_bad_export_arguments_are_clear_errors(self):
         r = cli("export", self.oom, "--format", "memory_viz", "--filename", "same.pickle", "-o", self.work / "same",
                 cwd=self.work, ok=False)
