@@ -10,7 +10,7 @@ packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-de
           nlohmann-json3-dev chromium python3-dev python3-venv slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "bootstrap: installing ${missing[*]}"

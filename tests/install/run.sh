@@ -51,8 +51,11 @@ echo "bin/oomflight --version: $got"
 # The NCCL profiler plugin, when it was built: next to the library, finding it there alone ($ORIGIN), and named by
 # the installed `oomflight run`.
 if [ -e "$libdir/libnccl-profiler-oomflight.so" ]; then
-  env -u LD_LIBRARY_PATH ldd "$libdir/libnccl-profiler-oomflight.so" | grep -q "liboomflight.so.* => $libdir/" ||
-    fail "the NCCL profiler plugin does not find the liboomflight beside it"
+  # ldd's output is read whole before grep: `ldd | grep -q` under pipefail failed 1 run in several (CI), when grep
+  # exited at its match and ldd died of SIGPIPE writing the rest.
+  deps=$(env -u LD_LIBRARY_PATH ldd "$libdir/libnccl-profiler-oomflight.so")
+  grep -q "liboomflight.so.* => $libdir/" <<<"$deps" ||
+    fail "the NCCL profiler plugin does not find the liboomflight beside it: $deps"
   got=$(env -u NCCL_PROFILER_PLUGIN "$prefix/bin/oomflight" run -- sh -c 'printf %s "$NCCL_PROFILER_PLUGIN"')
   [ "$(readlink -f "$got")" = "$(readlink -f "$libdir/libnccl-profiler-oomflight.so")" ] || fail "oomflight run set NCCL_PROFILER_PLUGIN to '$got'"
   echo "NCCL profiler plugin: installed beside the library, named by oomflight run"
