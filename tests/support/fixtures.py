@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OWN_SNAPSHOT = str(ROOT / "examples" / "pytorch" / "snapshots" / "h200-transformer-lm-step1.pickle")
 DEVICE_MEMORY = "8GiB"  # every rank's simulated device: the whole step fits
 SMALL_DEVICE_MEMORY = "6GiB"  # the origin's: out of memory in the step
-OOM_REQUESTED = "998.05 MiB"  # the failing block as oomflight logs it
 OOM_MESSAGE = "CUDA out of memory. Tried to allocate 1000.00 MiB"  # and as torch's message states it (rounded)
 SKIP = 77  # ctest's SKIP_RETURN_CODE for these scripts
 
