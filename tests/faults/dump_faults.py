@@ -98,25 +98,33 @@ def rank_pid(rank: int) -> int | None:
     return None
 
 
-def signal_when(path: Path, rank: int, sig: int, sent: dict) -> threading.Thread:
+def signal_when(path: Path, rank: int, sig: int, sent: dict) -> threading.Event:
     """Sends `sig` to `rank` as soon as a file matching `path` exists (its name may be a glob: a partial archive is
     named NAME.JOB.partial; a rank-local file exists only once complete). The rank's pid is found first: the dump
-    after the file takes tens of milliseconds, a scan of /proc nearly as long."""
+    after the file takes tens of milliseconds, a scan of /proc nearly as long. Returns an event that ends the watch:
+    set it once the job has ended (a partial file can exist for less than the watch's poll on a busy machine, and
+    then the job ends without the signal: `sent` stays empty and the caller decides)."""
+    done = threading.Event()
+
     def watch():
         deadline = time.monotonic() + 90
         pid = None
-        while time.monotonic() < deadline and pid is None:
+        while time.monotonic() < deadline and pid is None and not done.is_set():
             pid = rank_pid(rank)
             if pid is None:
                 time.sleep(0.01)
-        while time.monotonic() < deadline and not (path.exists() or any(path.parent.glob(path.name))):
+        def seen() -> bool:
+            return path.exists() or any(path.parent.glob(path.name))
+        while time.monotonic() < deadline and not done.is_set() and not seen():
             time.sleep(0.001)
-        if pid:
-            os.kill(pid, sig)
-            sent["at"] = time.monotonic()
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    return t
+        if pid and not done.is_set():
+            try:
+                os.kill(pid, sig)
+                sent["at"] = time.monotonic()
+            except ProcessLookupError:  # the rank had already ended: no signal was sent
+                pass
+    threading.Thread(target=watch, daemon=True).start()
+    return done
 
 
 def same_history(got: list[tuple], reference: list[tuple], rank: int) -> bool:
@@ -231,11 +239,13 @@ class DumpFaults(unittest.TestCase):
         folder = self.work / run / "oomflight"
         sent = {}
         proc = job(self.work, run)
-        signal_when(folder / "oom.0.rank1.h5", 1, sig, sent)
+        watch = signal_when(folder / "oom.0.rank1.h5", 1, sig, sent)
         out, seconds = finish(proc)
+        watch.set()
         os.system(f"pkill -CONT -f 'replay {TRACE}' 2>/dev/null")
-        self.assertIn("at", sent, f"rank 1 never got {signal.Signals(sig).name}:\n{out}")
         self.check_common(out, seconds, folder)
+        if "at" not in sent:  # the job ended before the file was seen: only a complete archive excuses that
+            self.assertTrue((folder / "oom.0.h5").exists(), f"rank 1 never got {signal.Signals(sig).name}:\n{out}")
         return folder, out
 
     def test_a_stalled_rank_neither_hangs_the_job_nor_loses_a_history(self):
@@ -254,18 +264,22 @@ class DumpFaults(unittest.TestCase):
     def test_a_rank_stalled_during_the_write_costs_the_archive_only(self):
         # Rank 1 stops once the lowest origin has laid the archive out (its partial file exists): the votes are
         # done, every rank is writing its rows. The others give up at the deadline of the step rank 1 never joins,
-        # the partial file is removed, and every safety copy is the result. Retried like the stall above when the
-        # archive was complete before the stop landed.
-        for attempt in range(3):
+        # the partial file is removed, and every safety copy is the result. Retried like the stall above (at most five
+        # times) when the archive was complete before the stop landed.
+        for attempt in range(5):
             run = f"stallwrite{attempt}"
             folder = self.work / run / "oomflight"
             sent = {}
             proc = job(self.work, run)
-            signal_when(folder / "oom.0.h5.*partial", 1, signal.SIGSTOP, sent)
+            watch = signal_when(folder / "oom.0.h5.*partial", 1, signal.SIGSTOP, sent)
             out, seconds = finish(proc)
+            watch.set()
             os.system(f"pkill -CONT -f 'replay {TRACE}' 2>/dev/null")
-            self.assertIn("at", sent, f"rank 1 never got SIGSTOP:\n{out}")
             self.check_common(out, seconds, folder)
+            # The partial file can come and go between two polls of a busy machine: then no stop was sent, and
+            # the archive must be complete (an attempt that tested nothing, run again).
+            if "at" not in sent:
+                self.assertTrue((folder / "oom.0.h5").exists(), f"rank 1 never got SIGSTOP:\n{out}")
             if not (folder / "oom.0.h5").exists():
                 break
             print(f"write-stall attempt {attempt}: the archive was complete before rank 1 stopped; again", flush=True)
