@@ -28,14 +28,19 @@ bool is_python(const std::string& command) {
   return name.rfind("python", 0) == 0;
 }
 
-// The folder that holds the `oomflight` Python package: installed beside this executable
-// (PREFIX/share/oomflight/python), else the source tree this executable was built from.
+// The folder that holds the `oomflight` Python package this executable belongs to: a CMake install's
+// (PREFIX/share/oomflight/python, beside PREFIX/bin/oomflight), a pip install's (site-packages, which holds
+// oomflight/bin/oomflight itself), else the source tree this executable was built from (none for a pip build).
 std::optional<fs::path> python_package_root() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   std::vector<fs::path> candidates;
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "oomflight" / "python");
-  candidates.emplace_back(OOMFLIGHT_PYTHON_SOURCE_DIR);
+  if (!ec) {
+    const fs::path prefix = exe.parent_path().parent_path();
+    candidates.push_back(prefix / "share" / "oomflight" / "python");
+    if (prefix.filename() == "oomflight") candidates.push_back(prefix.parent_path());
+  }
+  if (*OOMFLIGHT_PYTHON_SOURCE_DIR != '\0') candidates.emplace_back(OOMFLIGHT_PYTHON_SOURCE_DIR);
   for (const auto& root : candidates) {
     if (fs::is_regular_file(root / "oomflight" / "_bootstrap" / "sitecustomize.py", ec)) return root;
   }
@@ -57,8 +62,9 @@ std::string own_library_path() {
 std::string inject_python_package() {
   const auto root = python_package_root();
   if (!root) {
-    return fmt::format("cannot find oomflight's Python package (looked in PREFIX/share/oomflight/python and {})",
-                       OOMFLIGHT_PYTHON_SOURCE_DIR);
+    return fmt::format("cannot find oomflight's Python package (looked in PREFIX/share/oomflight/python, in the "
+                       "site-packages of a pip install{}{})",
+                       *OOMFLIGHT_PYTHON_SOURCE_DIR != '\0' ? " and in " : "", OOMFLIGHT_PYTHON_SOURCE_DIR);
   }
   std::string path = (*root / "oomflight" / "_bootstrap").string() + ":" + root->string();
   if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr && *existing != '\0') {

@@ -166,7 +166,7 @@ _SIGNATURES = {
     "oomflight_last_dump_path": ([], ctypes.c_char_p),
 }
 
-_LIBRARY_NAMES = ("liboomflight.so.0.1", "liboomflight.so")
+_LIBRARY_NAMES = ("liboomflight.so.0.2", "liboomflight.so")  # the soname follows 0.MINOR (core/CMakeLists.txt)
 
 
 def _candidates() -> list[str]:
@@ -175,13 +175,15 @@ def _candidates() -> list[str]:
     explicit = os.environ.get("OOMFLIGHT_LIBRARY", "")
     if explicit:
         return [explicit]  # set on purpose (oomflight run sets it): never silently load another one
+    here = Path(__file__).resolve().parent
+    for libdir in ("lib", "lib64"):  # a pip install's own build, beside this file (cmake/wheel.cmake)
+        found.append(str(here / libdir / "liboomflight.so"))
     exe = shutil.which("oomflight")
     if exe:
         prefix = Path(exe).resolve().parent.parent
         for libdir in ("lib", "lib64", "core"):  # an install prefix, or a build tree (build/bin, build/core)
             for name in _LIBRARY_NAMES:
                 found.append(str(prefix / libdir / name))
-    here = Path(__file__).resolve().parent
     for name in _LIBRARY_NAMES:  # a source checkout: python/oomflight -> build/core
         found.append(str(here.parent.parent / "build" / "core" / name))
     by_loader = ctypes.util.find_library("oomflight")

@@ -1,9 +1,10 @@
 """Finds, or as a fallback builds, oomflight's torch extension (plugins/pytorch) for the torch of this process.
 
 The extension is built ahead of time by ``pip install --no-build-isolation`` into an environment that holds torch
-(setup.py, with torch's own BuildExtension): ``oomflight._torch_ext``, with the torch version it was compiled
-against. That build is used when this process runs the same torch. Otherwise (a torch installed or upgraded after
-oomflight, or a plain isolated ``pip install`` that saw no torch) it is built at first use with
+(CMake driven by scikit-build-core: plugins/pytorch/extension.cmake, with the settings that cmake_settings()
+below writes): ``oomflight._torch_ext``, with the torch version it was compiled against. That build is used when
+this process runs the same torch. Otherwise (a torch installed or upgraded after oomflight, or a plain isolated
+``pip install`` that saw no torch) it is built at first use with
 torch.utils.cpp_extension.load (cached in TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default; ranks that
 build at once share torch's file lock), which needs a C++ compiler. Either way failures are PluginError with the
 reason, which oomflight.torch.install reports once, leaving training untouched.
@@ -72,17 +73,25 @@ def cuda_include_dir(torch_module) -> Path | None:
     return None
 
 
-def build_arguments(torch_module, src: Path) -> dict:
-    """What both builds (setup.py's and the fallback's) pass to torch's extension build: a C++ extension (no
-    device code, so no nvcc) with CUDA's headers, linked against c10_cuda for the allocator's hooks."""
+def cuda_headers(torch_module) -> Path:
+    """cuda_include_dir(), or PluginError saying where it looked."""
     cuda_include = cuda_include_dir(torch_module)
     if cuda_include is None:
         raise PluginError("no CUDA headers (cuda_runtime_api.h) in CUDA_HOME or in the nvidia wheels beside torch; "
                           "set CUDA_HOME to the CUDA toolkit torch was built with")
+    return cuda_include
+
+
+LIBRARIES = ["c10_cuda"]  # what both builds link beyond torch's own: the CUDA caching allocator's hooks
+
+
+def build_arguments(torch_module, src: Path) -> dict:
+    """What the build at first use adds to what torch's extension build passes anyway: a C++ extension (no device
+    code, so no nvcc) with CUDA's headers, linked against c10_cuda for the allocator's hooks."""
     return {
         "sources": [str(src / "oomflight_torch.cpp")],
-        "include_dirs": [str(src), str(cuda_include)],
-        "libraries": ["c10_cuda"],
+        "include_dirs": [str(src), str(cuda_headers(torch_module))],
+        "libraries": LIBRARIES,
         "extra_compile_args": ["-O2", "-std=c++17"],
     }
 
@@ -145,3 +154,50 @@ def load(torch_module, verbose: bool = False):
 def how_loaded() -> str:
     """How load() got the extension: at install time, or at first use and why."""
     return _how
+
+
+def cmake_settings(torch_module, out: Path) -> None:
+    """Writes, as a CMake script, what torch's BuildExtension would pass for a C++ extension named _torch_ext
+    (torch/utils/cpp_extension.py: its include and library folders, libraries, the C++ ABI and pybind11's ABI
+    defines, of which torch 2.11 has none) plus what build_arguments() adds (CUDA's headers, c10_cuda).
+    plugins/pytorch/extension.cmake includes it. Raises PluginError for a torch that cannot have the extension."""
+    check_torch(torch_module)
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), str(cuda_headers(torch_module))]
+    definitions = ["TORCH_EXTENSION_NAME=_torch_ext", "TORCH_API_INCLUDE_EXTENSION_H",
+                   f"_GLIBCXX_USE_CXX11_ABI={int(torch_module._C._GLIBCXX_USE_CXX11_ABI)}"]
+    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):  # what makes pybind11 types shareable with torch's
+        value = getattr(torch_module._C, f"_PYBIND11_{name}", None)
+        if value is not None:
+            definitions.append(f'PYBIND11_{name}="{value}"')
+
+    def cmake_list(values) -> str:
+        return " ".join(f"[==[{v}]==]" for v in values)
+
+    out.write_text("\n".join([
+        f"set(OOMFLIGHT_TORCH_VERSION [==[{base_version(torch_module.__version__)}]==])",
+        f"set(OOMFLIGHT_TORCH_INCLUDE_DIRS {cmake_list(includes)})",
+        f"set(OOMFLIGHT_TORCH_LIBRARY_DIRS {cmake_list(cpp_extension.library_paths())})",
+        f"set(OOMFLIGHT_TORCH_LIBRARIES {cmake_list(['c10', 'torch', 'torch_cpu', 'torch_python', *LIBRARIES])})",
+        f"set(OOMFLIGHT_TORCH_DEFINITIONS {cmake_list(definitions)})",
+        ""]))
+
+
+if __name__ == "__main__":
+    # Run by CMake as a script (never imported through the package, whose oomflight/torch.py would shadow torch
+    # here): `python _extension.py --cmake-settings FILE`. Exit 1 with the reason on stderr when there is no torch
+    # to build against; the build then installs the package without the extension.
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--cmake-settings":
+        sys.exit("usage: _extension.py --cmake-settings FILE")
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    try:
+        import torch
+    except ImportError as e:
+        sys.exit(f"torch is not importable by {sys.executable}: {e}")
+    try:
+        cmake_settings(torch, Path(sys.argv[2]))
+    except PluginError as e:
+        sys.exit(str(e))

@@ -38,11 +38,18 @@ def _remove_scratch() -> None:
 
 
 def copy_package_sources(root: Path) -> Path:
-    """Copies what `pip install ./python` reads (python/ and plugins/pytorch/, without build leftovers) under
-    `root`, so that an install from the copy leaves nothing in the checkout; returns root / "python"."""
-    shutil.copytree(PYTHON_ROOT, root / "python",
-                    ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "_torch_plugin"))
-    shutil.copytree(PYTHON_ROOT.parent / "plugins" / "pytorch", root / "plugins" / "pytorch")
+    """Copies what `pip install ./python` reads under `root`, laid out as in a clone: python/ (its cpp/ links kept as
+    links) and the C++ tree they point to, without build leftovers; an install from the copy leaves nothing in the
+    checkout. Returns root / "python"."""
+    checkout = PYTHON_ROOT.parent
+    leftovers = shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "_torch_plugin")
+    shutil.copytree(PYTHON_ROOT, root / "python", symlinks=True, ignore=leftovers)
+    for link in (PYTHON_ROOT / "cpp").iterdir():
+        target = checkout / link.name
+        if target.is_dir():
+            shutil.copytree(target, root / link.name, ignore=leftovers)
+        else:
+            shutil.copy2(target, root / link.name)
     return root / "python"
 
 

@@ -1,33 +1,57 @@
-"""The package with its torch extension built ahead of time, as a user installs it into an environment that holds
-torch: `pip install --no-build-isolation` (torch's own BuildExtension, against the environment's torch 2.11.0),
-then `python -m oomflight.torch --check` with no compiler on PATH. Runs in the real-torch environment
-(scripts/python_envs.sh) and leaves the installed package in TEST_TORCH_SITE for the other real-torch tests (a
-ctest fixture). A copy of the tree is installed, so that the build leaves nothing in the checkout."""
+"""The sdist, and the package with its torch extension built ahead of time from it, as a user without network
+installs it into an environment that holds torch: the sdist (scikit-build-core's, from a copy of the checkout laid
+out as a clone) holds the C++ tree and no tests; `pip install --no-index --no-build-isolation` of it builds
+liboomflight, the `oomflight` command and the extension against the environment's torch 2.11.0; then `python -m
+oomflight.torch --check` with no compiler on PATH, and the package drives its own library from an unrelated
+folder. Runs in the real-torch environment (scripts/python_envs.sh) and leaves the installed package in
+TEST_TORCH_SITE for the other real-torch tests (a ctest fixture)."""
 import os
 import shutil
+import tarfile
+import textwrap
 import unittest
 from pathlib import Path
 
-from support import copy_package_sources, PY, PYTHON_ROOT, TORCH_SITE, child_env, run, scratch
+from support import PY, TORCH_SITE, child_env, copy_package_sources, read_archive, run, scratch
 
 TORCH_VERSION = "2.11.0"  # python/requirements/torch.txt
 
 
 class AheadOfTimeBuild(unittest.TestCase):
-    def test_pip_builds_the_extension_against_the_environments_torch_and_check_needs_no_compiler(self):
+    def test_pip_builds_the_whole_package_from_the_sdist_and_check_needs_no_compiler(self):
         self.assertTrue(TORCH_SITE, "TEST_TORCH_SITE names the folder to install into")
         work = scratch()
-        copy_package_sources(work / "src")
-        site = Path(TORCH_SITE)
-        shutil.rmtree(site, ignore_errors=True)
+        source = copy_package_sources(work / "src")
         env = child_env()
         env.pop("PYTHONPATH")
-        out = run([PY, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
-                   "--target", str(site), str(work / "src" / "python")], work, env, timeout=900)
+        sdist_of = "import sys; from scikit_build_core.build import build_sdist; print(build_sdist(sys.argv[1]))"
+        out = run([PY, "-c", sdist_of, str(work / "dist")], source, env, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        sdist = work / "dist" / out.stdout.split()[-1]
+        with tarfile.open(sdist) as tar:
+            members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name}
+        for name in ("pyproject.toml", "oomflight/__init__.py", "oomflight/_bootstrap/sitecustomize.py",
+                     "cpp/CMakeLists.txt", "cpp/cmake/dependencies.cmake", "cpp/core/CMakeLists.txt",
+                     "cpp/launcher/main.cpp", "cpp/plugins/pytorch/oomflight_torch.cpp",
+                     "cpp/plugins/nccl/CMakeLists.txt"):
+            self.assertIn(name, members, sorted(members)[:40])
+            self.assertTrue(members[name].isfile(), f"{name} is stored as a link, not a file")
+        self.assertEqual([n for n in members if n.startswith("tests/") or "__pycache__" in n], [])
+
+        site = Path(TORCH_SITE)
+        shutil.rmtree(site, ignore_errors=True)
+        out = run([PY, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps",
+                   "--disable-pip-version-check", "--target", str(site), str(sdist)], work, env, timeout=1200)
         self.assertEqual(out.returncode, 0, out.stdout[-4000:] + out.stderr[-4000:])
-        built = sorted(p.name for p in (site / "oomflight").glob("_torch_ext*.so"))
-        self.assertEqual(len(built), 1, sorted(p.name for p in (site / "oomflight").iterdir()))
-        self.assertTrue((site / "oomflight" / "py.typed").is_file())
+        package = site / "oomflight"
+        built = sorted(p.name for p in package.glob("_torch_ext*.so"))
+        self.assertEqual(len(built), 1, sorted(p.name for p in package.iterdir()))
+        self.assertTrue((package / "py.typed").is_file())
+        self.assertTrue(os.access(package / "bin" / "oomflight", os.X_OK))
+        self.assertTrue((site / "bin" / "oomflight").is_file(), "the console script")
+        self.assertEqual(sorted(p.name for p in (package / "_torch_plugin").iterdir()),
+                         ["context_table.hpp", "oomflight_torch.cpp", "trace_tracker.hpp"])
+        self.drives_its_own_library(site)
 
         # The diagnostic, from an unrelated folder, with nothing but the interpreter's own folder on PATH: no
         # compiler, so the extension it loads can only be the one built at install time.
@@ -55,6 +79,25 @@ class AheadOfTimeBuild(unittest.TestCase):
         self.assertIn("no-such-liboomflight.so (absent)", out.stdout)
 
         self.stale_builds_are_not_loaded()
+
+    def drives_its_own_library(self, site: Path):
+        # From an unrelated folder, with no OOMFLIGHT_LIBRARY and no `oomflight` on PATH: the package loads the
+        # library beside it and dumps through it.
+        env = child_env(PYTHONPATH=str(site), PATH=str(Path(PY).parent) + ":/usr/bin:/bin")
+        env.pop("OOMFLIGHT_LIBRARY")
+        out = run([PY, "-c", textwrap.dedent("""
+            import oomflight, oomflight._capi as c
+            oomflight.init(run_name="pip", folder="out")
+            oomflight.record("segment_alloc", 0, 0x2000000, 2 << 20)
+            print(c.library()._oomflight_path)
+            print(oomflight.request_dump("signal").path)
+            """)], scratch(), env)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        library, path = out.stdout.splitlines()
+        self.assertEqual(library, str(site / "oomflight" / "lib" / "liboomflight.so"))
+        a = read_archive(Path(path))
+        self.assertEqual(len(a["events"]), 1)
+        self.assertEqual(int(a["events"]["size"][0]), 2 << 20)
 
     def stale_builds_are_not_loaded(self):
         # ahead_of_time() compares the build's torch with the running one: a stale build would crash at import

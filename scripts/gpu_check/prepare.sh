@@ -48,13 +48,14 @@ while read -r elf; do
   done < <(ldd "$elf" 2>/dev/null)
 done < <(find "$dest/bin" "$dest/lib" "$dest/usr/bin" "$dest/usr/lib" -type f \( -name '*.so*' -o -perm -u+x \))
 [[ $missing == 0 ]] || exit 1
-# Lightning for the check's Lightning case (the GPU machine's image has torch, not Lightning; no network there): the
-# pure-Python packages of the real-torch test environment (scripts/python_envs.sh), when it is made.
+# Lightning for the check's Lightning case (the GPU machine's image has torch, not Lightning; no network there), and
+# scikit-build-core with what it imports for run.sh's install of the extension: the pure-Python packages of the
+# real-torch test environment (scripts/python_envs.sh), when it is made.
 torch_python=$(ls -d "${XDG_CACHE_HOME:-$HOME/.cache}"/oomflight/venv-torch-*/bin/python 2>/dev/null | head -1)
 if [[ -n $torch_python && -x $torch_python ]]; then
   site=$("$torch_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   mkdir -p "$dest/python"
-  for package in pytorch_lightning lightning_utilities torchmetrics; do
+  for package in pytorch_lightning lightning_utilities torchmetrics scikit_build_core pathspec packaging; do
     if [[ -d "$site/$package" ]]; then cp -r "$site/$package" "$dest/python/"; fi
   done
   find "$dest/python" -name __pycache__ -prune -exec rm -rf {} +

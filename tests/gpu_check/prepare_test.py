@@ -64,6 +64,31 @@ class Prepare(unittest.TestCase):
             self.assertEqual(list(f.attrs["origin_ranks"]), [1])
             self.assertEqual(sorted(int(r["rank"]) for r in f["ranks"][...]), [0, 1])
 
+    def test_run_sh_installs_the_extension_alone_with_the_carried_scikit_build_core(self):
+        # run.sh's install, as the GPU machine runs it (no MPI or HDF5 there to build liboomflight with: the
+        # extension only, scikit-build-core from the folder, no index), with Debian's python3, which has no torch
+        # and no scikit-build-core of its own: the package installs without the extension and builds nothing else.
+        if not (self.bundle / "python" / "scikit_build_core").is_dir():
+            self.skipTest("no real-torch environment to carry scikit-build-core from (scripts/python_envs.sh)")
+        line = next(l for l in (SOURCE / "scripts/gpu_check/run.sh").read_text().splitlines()
+                    if "OOMFLIGHT_PYTHON_EXTENSION_ONLY=ON" in l)
+        self.assertIn("--config-settings=cmake.define.OOMFLIGHT_PYTHON_EXTENSION_ONLY=ON", line)
+        site = self.work / "site"
+        env = dict(ENV, PYTHONPATH=str(self.bundle / "python"))
+        r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "-v", "--no-index", "--no-deps",
+                            "--no-build-isolation", "--config-settings=cmake.define.OOMFLIGHT_PYTHON_EXTENSION_ONLY=ON",
+                            "--target", site, SOURCE / "python"], cwd=self.work, env=env, capture_output=True,
+                           text=True, timeout=600)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out[-6000:])
+        self.assertIn("not building the torch extension (torch is not importable", out)
+        self.assertNotIn("Found MPI", out)
+        package = site / "oomflight"
+        self.assertTrue((package / "__init__.py").is_file())
+        self.assertTrue((package / "_torch_plugin" / "oomflight_torch.cpp").is_file())
+        self.assertFalse((package / "lib").exists(), sorted(p.name for p in package.iterdir()))
+        self.assertFalse((package / "bin").exists())
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

@@ -232,8 +232,8 @@ std::vector<OptionSpec> make_table() {
        "dump per ending: a SIGTERM after an exit dump (a launcher's teardown) ends the process at once.",
        [](Config& c, std::string_view v) { c.dump_on_exit = parse_bool(v); }},
       {"OOMFLIGHT_LIBRARY", "path", "",
-       "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: beside the "
-       "`oomflight` on PATH, then the loader's search path.",
+       "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: the package's "
+       "own (a pip install's), then beside the `oomflight` on PATH, then the loader's search path.",
        [](Config& c, std::string_view v) { c.library = std::string(v); }},
       {"OOMFLIGHT_LOG_LEVEL", "string", "info", "trace, debug, info, warn, error or off.",
        [](Config& c, std::string_view v) {
