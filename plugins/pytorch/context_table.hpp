@@ -19,7 +19,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -31,13 +30,15 @@ template <typename Ptr>
 class ContextTable {
  public:
   /// Keeps contexts for the newest `keep` events (>= 1). Allocates 2 x keep slots of about 40 bytes; throws
-  /// std::invalid_argument for keep 0 or above 2^29, std::bad_alloc.
+  /// std::invalid_argument for keep 0 or above kMaxKeep, std::bad_alloc.
+  static constexpr std::size_t kMaxKeep = std::size_t{1} << 28;
   explicit ContextTable(std::size_t keep) : keep_(keep), slot_count_(2 * keep) {
-    if (keep == 0 || keep > (std::size_t{1} << 29)) {
-      throw std::invalid_argument("ContextTable: keep must be 1 .. 2^29 events");
+    if (keep == 0 || keep > kMaxKeep) {
+      throw std::invalid_argument("ContextTable: keep must be 1 .. 2^28 events");
     }
-    // Deferred ids are -2 - (seq mod modulus_); a multiple of the slot count, so that the id names the slot.
-    constexpr std::uint64_t kIds = static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()) - 1;
+    // Deferred ids are -2 - (seq mod modulus_), above -2^30 (the ids below are python_stacks.hpp's); the modulus
+    // is a multiple of the slot count, so that the id names the slot.
+    constexpr std::uint64_t kIds = (std::uint64_t{1} << 30) - 2;
     modulus_ = kIds / slot_count_ * slot_count_;
     slots_ = std::make_unique<Slot[]>(slot_count_);
   }

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "context_table.hpp"
+#include "python_stacks.hpp"
 #include "trace_tracker.hpp"
 
 namespace {
@@ -49,6 +51,7 @@ namespace abi = oomflight::torch_plugin::abi;
 using oomflight::torch_plugin::AllocatorState;
 using oomflight::torch_plugin::CApiTable;
 using oomflight::torch_plugin::ExactStats;
+using oomflight::torch_plugin::PythonStacks;
 using oomflight::torch_plugin::TraceTracker;
 using Entry = alloc::TraceEntry;
 using Context = std::shared_ptr<c10::GatheredContext>;
@@ -97,6 +100,26 @@ class Symbolizer {
     return true;
   }
 
+  // Runs `work` with the GIL: at once on a thread that holds it, else on the helper, waiting at most timeout_ms.
+  // `work` must own what it uses (it may finish after this returns false). True when it ran in time.
+  bool run_with_gil(std::function<void()> work, std::uint32_t timeout_ms) {
+    if (!python_usable()) return false;
+    if (PyGILState_Check()) {
+      work();
+      return true;
+    }
+    auto job = std::make_shared<Job>();
+    job->work = std::move(work);
+    if (!post(job)) return false;
+    std::unique_lock lock(mutex_);
+    if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
+      api_.log(abi::kLogWarn, ("oomflight's Python stacks were not symbolised within " + std::to_string(timeout_ms) +
+                               " ms (the GIL was not free); their events are recorded with no stack").c_str());
+      return false;
+    }
+    return true;
+  }
+
   // torch's first symbolisation in a process imports half of torch (torch._dynamo and more: 1.8 s of imports
   // on the 2-core machine of docs/performance.md). Doing that with the first context kept, on the helper, means
   // a dump does not pay it within its deadline. Thread-safe; once.
@@ -124,6 +147,7 @@ class Symbolizer {
     std::vector<std::int32_t> ids;
     bool done = false;
     bool warm_up = false;  // symbolise only: nothing is interned
+    std::function<void()> work;  // run_with_gil's: run under the GIL instead
   };
 
   // Queues a job for the helper thread (started at the first); false once stopped.
@@ -165,7 +189,12 @@ class Symbolizer {
       }
       std::vector<std::int32_t> ids;
       try {
-        if (job->warm_up) {
+        if (job->work) {
+          if (python_usable()) {
+            pybind11::gil_scoped_acquire gil;
+            job->work();
+          }
+        } else if (job->warm_up) {
           if (python_usable()) warm_up_symbolize(job->contexts.front());
         } else if (python_usable()) {
           ids = symbolize(job->contexts);
@@ -249,6 +278,10 @@ struct Plugin {
   std::unique_ptr<ContextTable> contexts;
   std::unique_ptr<Symbolizer> symbolizer;
   std::unique_ptr<Reclaimer> reclaimer;
+  // oomflight's own capture of the allocating thread's Python stack (stacks "python", the default): for entries
+  // that come without torch's context
+  std::unique_ptr<PythonStacks> python_stacks;
+  std::string stacks = "python";  // off, python or torch (OOMFLIGHT_STACKS; oomflight.torch.install)
 };
 Plugin* g_plugin = nullptr;
 
@@ -256,32 +289,88 @@ std::int32_t keep_context(void* sink, const void* context) noexcept {
   return static_cast<ContextTable*>(sink)->put(*static_cast<const Context*>(context));
 }
 
-// oomflight_stack_resolver: liboomflight calls it at every freeze with the deferred ids of the frozen events.
+std::int32_t capture_python_stack(void* sink) noexcept { return static_cast<PythonStacks*>(sink)->capture(); }
+
+// Symbolises and interns oomflight's own stacks not interned yet (with the GIL; each stack once, remembered).
+void intern_python_stacks(const CApiTable& api, PythonStacks& stacks, const std::vector<std::int32_t>& deferred) {
+  std::vector<abi::Frame> frames;
+  for (const std::int32_t d : deferred) {
+    if (stacks.interned(d) >= 0) continue;
+    const std::vector<PythonStacks::Frame> resolved = stacks.resolve(d);
+    if (resolved.empty()) continue;
+    frames.clear();
+    for (const auto& [function, file, line] : resolved) {
+      abi::Frame f;
+      f.function = function.c_str();
+      f.file = file.c_str();
+      f.line = line;
+      frames.push_back(f);
+    }
+    std::int32_t id = -1;
+    if (api.intern_stack(frames.data(), frames.size(), &id) == 0 && id >= 0) stacks.remember(d, id);
+  }
+}
+
+// oomflight_stack_resolver: liboomflight calls it at every freeze with the deferred ids of the frozen events:
+// oomflight's own stacks (PythonStacks::owns) and torch's contexts (the context table's).
 int resolve_stacks(void* user, const std::int32_t* deferred, std::size_t count, std::int32_t* ids,
                    std::uint32_t timeout_ms) noexcept {
   try {
     Plugin& p = *static_cast<Plugin*>(user);
-    p.contexts->resolve(deferred, count, ids,
-                        [&](const std::vector<Context>& contexts, const std::vector<std::int32_t>& their_ids,
-                            std::vector<std::int32_t>& stack_ids) {
-                          return p.symbolizer->run(contexts, their_ids, stack_ids, timeout_ms);
-                        });
+    std::vector<std::size_t> ours, theirs;
+    for (std::size_t i = 0; i < count; ++i) {
+      ids[i] = -1;
+      (PythonStacks::owns(deferred[i]) ? ours : theirs).push_back(i);
+    }
+    if (!ours.empty() && p.python_stacks) {
+      std::vector<std::int32_t> todo;
+      for (const std::size_t i : ours) {
+        if (p.python_stacks->interned(deferred[i]) < 0) todo.push_back(deferred[i]);
+      }
+      std::sort(todo.begin(), todo.end());
+      todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+      if (!todo.empty()) {
+        Plugin* plugin = &p;  // lives until the process ends, as does its table
+        p.symbolizer->run_with_gil([plugin, todo] { intern_python_stacks(plugin->api, *plugin->python_stacks, todo); },
+                                   timeout_ms);
+      }
+      for (const std::size_t i : ours) ids[i] = p.python_stacks->interned(deferred[i]);
+    }
+    if (!theirs.empty() && p.contexts) {
+      std::vector<std::int32_t> their_deferred, their_ids(theirs.size(), -1);
+      for (const std::size_t i : theirs) their_deferred.push_back(deferred[i]);
+      p.contexts->resolve(their_deferred.data(), their_deferred.size(), their_ids.data(),
+                          [&](const std::vector<Context>& contexts, const std::vector<std::int32_t>& context_ids,
+                              std::vector<std::int32_t>& stack_ids) {
+                            return p.symbolizer->run(contexts, context_ids, stack_ids, timeout_ms);
+                          });
+      for (std::size_t k = 0; k < theirs.size(); ++k) ids[theirs[k]] = their_ids[k];
+    }
     return 0;
   } catch (...) {
     return 1;  // the ids left at -1: events without stacks, never a failed dump
   }
 }
 
-// Keeps entries' contexts and registers the resolver, when this liboomflight can take deferred stacks.
+// Keeps entries' contexts, captures Python stacks for the entries without one (stacks "python"), and registers
+// the resolver, when this liboomflight can take deferred stacks. Stacks "off": none of it.
 void start_stacks(Plugin& p) {
-  if (p.api.set_stack_resolver == nullptr) return;
+  if (p.api.set_stack_resolver == nullptr || p.stacks == "off") return;
   std::uint64_t max_entries = 0;
   p.api.set_stack_resolver(nullptr, nullptr, &max_entries);
   if (max_entries == 0) return;  // not initialised: no history to keep contexts for
-  p.contexts = std::make_unique<ContextTable>(static_cast<std::size_t>(max_entries));
+  const std::size_t keep = std::min<std::size_t>(static_cast<std::size_t>(max_entries), ContextTable::kMaxKeep);
+  p.contexts = std::make_unique<ContextTable>(keep);
   p.symbolizer = std::make_unique<Symbolizer>(p.api, *p.contexts);
   p.reclaimer = std::make_unique<Reclaimer>(*p.contexts, *p.symbolizer);
   p.tracker.set_context_sink(&keep_context, p.contexts.get());
+  if (p.stacks == "python") {
+    // Bounded by the history: at most one new stack per event it keeps, 65,536 stacks, 16 frames a stack on
+    // average (16 bytes a frame: 16 MiB at most).
+    const std::size_t max_stacks = std::min<std::size_t>(keep, 65536);
+    p.python_stacks = std::make_unique<PythonStacks>(max_stacks, max_stacks * 16);
+    p.tracker.set_stack_capture(&capture_python_stack, p.python_stacks.get());
+  }
   p.api.set_stack_resolver(&resolve_stacks, &p, nullptr);
   // Registered after torch's statics were built, so run before they are destroyed: the reclaimer drops
   // contexts through torch's CapturedTraceback code.
@@ -459,8 +548,11 @@ auto snapshot_of(Allocator* a, long) -> decltype(a->snapshot()) {
 // Returns "" when done, else why not (nothing is attached then).
 std::string attach(const std::map<std::string, std::uint64_t>& addresses,
                    const std::vector<std::tuple<int, std::int64_t, std::int64_t, std::uint64_t>>& seeds,
-                   bool to_allocator, int devices) {
+                   bool to_allocator, int devices, const std::string& stacks) {
   try {
+    if (stacks != "off" && stacks != "python" && stacks != "torch") {
+      return "stacks must be off, python or torch, not '" + stacks + "'";
+    }
     if (g_plugin == nullptr) {
       CApiTable api;
       api.abi_version = function_at<int()>(addresses, "oomflight_abi_version");
@@ -484,6 +576,7 @@ std::string attach(const std::map<std::string, std::uint64_t>& addresses,
         plugin->tracker.seed(device, allocated, reserved, capacity);
       }
       Plugin* p = plugin.get();
+      p->stacks = stacks;
       start_stacks(*p);
       p->trace_callback = [p](const Entry& entry) { p->tracker.on_entry(entry); };
       p->oom_observer = [p](std::int64_t device, std::size_t alloc_bytes, std::size_t device_total,
@@ -526,6 +619,9 @@ std::map<std::string, std::uint64_t> counters() {
           {"contexts_kept", g_plugin->contexts ? g_plugin->contexts->kept() : 0u},
           {"contexts_refused", g_plugin->contexts ? g_plugin->contexts->busy() : 0u},
           {"symbolizer_warm", g_plugin->symbolizer && g_plugin->symbolizer->warm() ? 1u : 0u},
+          {"python_stacks", g_plugin->python_stacks ? g_plugin->python_stacks->stacks() : 0u},
+          {"python_stacks_dropped", g_plugin->python_stacks ? g_plugin->python_stacks->dropped() : 0u},
+          {"python_stacks_truncated", g_plugin->python_stacks ? g_plugin->python_stacks->truncated() : 0u},
           {"attached", g_plugin->attached ? 1u : 0u},
           {"devices", static_cast<std::uint64_t>(g_plugin->devices)}};
 }
@@ -535,7 +631,8 @@ std::map<std::string, std::string> build_info() {
   return {{"torch_version", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
                                 std::to_string(TORCH_VERSION_PATCH)},
           {"hooks", "c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker, attachOutOfMemoryObserver"},
-          {"trace_entry", std::is_pointer_v<decltype(Entry::stream_)> ? "stream_ as a pointer" : "stream_ as an integer"}};
+          {"trace_entry", std::is_pointer_v<decltype(Entry::stream_)> ? "stream_ as a pointer" : "stream_ as an integer"},
+          {"python_frames", PythonStacks::method()}};
 }
 
 // ---- torch's own objects, built here, through the callbacks' bodies (tests and --check) ----
@@ -600,6 +697,24 @@ std::string feed(const std::vector<std::tuple<std::string, int, std::uint64_t, s
   } catch (const std::exception& e) {
     return e.what();
   }
+}
+
+// One alloc entry (no context) through the trace callback from a thread of this extension's own, named `name`
+// (pthread_setname_np, 15 bytes at most), that never ran Python: as autograd's and NCCL's threads reach the
+// allocator. Returns "" or the error.
+std::string feed_from_native_thread(const std::string& name, std::uint64_t addr, std::uint64_t size) {
+  if (g_plugin == nullptr) return "not attached";
+  std::string error;
+  std::thread worker([&] {
+    try {
+      pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      g_plugin->trace_callback(make_entry<Entry>(Entry::Action::ALLOC, 0, addr, size, stream_from(0), nullptr));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  worker.join();
+  return error;
 }
 
 // The observer's body with a DeviceStats and a SnapshotInfo built here. stats: (allocated, reserved,
@@ -757,6 +872,44 @@ std::vector<std::tuple<std::string, std::string, int>> gather_frames() {
   return out;
 }
 
+// The frames oomflight's own capture keeps for the caller's line, resolved as a freeze resolves them.
+std::vector<PythonStacks::Frame> capture_frames() {
+  if (g_plugin == nullptr || !g_plugin->python_stacks) return {};
+  const std::int32_t id = g_plugin->python_stacks->capture();
+  if (id == -1) return {};
+  return g_plugin->python_stacks->resolve(id);
+}
+
+// Per-event ns at the caller's Python depth, side by side in one run (bench/torch_tracker_bench.py): a clock read
+// (steady_clock, the floor a hot path is held to), oomflight's capture of the stack (walk, hash, lookup of a stack
+// seen before), and torch's CapturedTraceback::gather of the same frames (what memory history pays per event).
+std::map<std::string, double> bench_capture(std::size_t n) {
+  std::map<std::string, double> out;
+  if (g_plugin == nullptr || !g_plugin->python_stacks || n == 0) return out;
+  using clock = std::chrono::steady_clock;
+  const auto ns_per = [&](clock::time_point start) {
+    return std::chrono::duration<double, std::nano>(clock::now() - start).count() / static_cast<double>(n);
+  };
+  volatile std::int64_t sink = 0;
+  auto start = clock::now();
+  for (std::size_t i = 0; i < n; ++i) sink = sink + clock::now().time_since_epoch().count();
+  out["clock_read_ns"] = ns_per(start);
+  PythonStacks& stacks = *g_plugin->python_stacks;
+  const std::int32_t first = stacks.capture();  // the stack's first sight (interned) is not what a step repeats
+  start = clock::now();
+  std::int32_t same = 0;
+  for (std::size_t i = 0; i < n; ++i) same += stacks.capture() == first ? 1 : 0;
+  out["oomflight_capture_ns"] = ns_per(start);
+  out["oomflight_same_stack"] = same;
+  std::vector<Context> contexts;
+  contexts.reserve(n);
+  start = clock::now();
+  for (std::size_t i = 0; i < n; ++i) contexts.push_back(gather_python_context());
+  out["torch_gather_ns"] = ns_per(start);
+  out["frames"] = static_cast<double>(stacks.resolve(first).size());
+  return out;
+}
+
 // A tracker over a stand-in C API that only counts, fed one torch TraceEntry of every action and one observer call
 // with a DeviceStats and a one-segment SnapshotInfo: what `python -m oomflight.torch --check` can verify with no
 // device and no liboomflight session (nothing is written).
@@ -830,8 +983,9 @@ void stop_reclaimer() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "oomflight's CUDA caching-allocator hooks (see oomflight.torch)";
   m.def("attach", &attach, pybind11::arg("addresses"), pybind11::arg("seeds"), pybind11::arg("to_allocator"),
-        pybind11::arg("devices"),
-        "Build the trace tracker and the OOM observer (once) and, with to_allocator, attach them; '' or why not");
+        pybind11::arg("devices"), pybind11::arg("stacks") = "python",
+        "Build the trace tracker and the OOM observer (once; stacks: off, python or torch) and, with to_allocator, "
+        "attach them; '' or why not");
   m.def("stop_reclaimer", &stop_reclaimer, pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Stop the context reclaimer's thread (at Python's exit, before the interpreter finalises); idempotent");
   m.def("counters", &counters, "Entries forwarded, unmapped actions, ring drops, observer dumps, attached, devices");
@@ -840,6 +994,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_observe", &observe_built, "Test: DeviceStats and SnapshotInfo built here, through the observer's body");
   m.def("self_test", &self_test::run, "One TraceEntry of every action and one observer call over a counting C API");
   m.def("_gather_frames", &gather_frames, "Test: the caller's frames as torch's CapturedTraceback gathers them");
+  m.def("_capture_frames", &capture_frames, "Test: the caller's frames as oomflight's own capture keeps them");
+  m.def("_feed_from_native_thread", &feed_from_native_thread, pybind11::arg("name"), pybind11::arg("addr"),
+        pybind11::arg("size"), pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "Test: one alloc entry through the trace callback from a named thread that never ran Python");
+  m.def("_bench_capture", &bench_capture, pybind11::arg("n"),
+        "Benchmark: per-event ns, at the caller's depth, of a clock read, oomflight's capture and torch's gather");
   m.def("_bench", &bench, pybind11::arg("n"), "Benchmark: per-event ns of torch's history and of the tracker");
   m.def("_dump_from_thread_holding_gil", &dump_from_thread_holding_gil,
         "Test: a signal dump on another thread while this one holds the GIL; (seconds, code)");

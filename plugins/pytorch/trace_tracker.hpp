@@ -193,6 +193,15 @@ class TraceTracker {
     context_sink_ = sink;
   }
 
+  /// Where entries without a context get their stack: oomflight's own capture of the calling thread's Python
+  /// stack (PythonStacks::capture through `capture`, which returns a deferred stack id or -1). Call before the
+  /// tracker is attached; without it such events carry no stack.
+  using CaptureStack = std::int32_t (*)(void* sink) noexcept;
+  void set_stack_capture(CaptureStack capture, void* sink) noexcept {
+    capture_stack_ = capture;
+    capture_sink_ = sink;
+  }
+
   /// The AllocatorTraceTracker body: one TraceEntry (torch's type or a stand-in with the same member names:
   /// action_, device_, addr_, size_, stream_, and context_ where it has one; for OOM entries addr_ is the device's
   /// free bytes). An entry's context (torch's, when memory history records contexts) is kept by the context sink
@@ -210,6 +219,11 @@ class TraceTracker {
     std::int32_t stack = -1;
     if constexpr (has_context<Entry>::value) {
       if (keep_context_ != nullptr && e.context_) stack = keep_context_(context_sink_, &e.context_);
+    }
+    // No context from torch: the allocating thread's own Python stack. Not for FREE_COMPLETED, which the thread
+    // of some later allocation records when a stream's work is done: that thread's stack says nothing of it.
+    if (stack == -1 && capture_stack_ != nullptr && action != abi::kFreeCompleted) {
+      stack = capture_stack_(capture_sink_);
     }
     if (api_.record(action, device, addr, size, stream_value(e.stream_), stack) != 0) {
       not_recorded_.fetch_add(1, std::memory_order_relaxed);  // dropped by the ring (counted there too)
@@ -319,6 +333,8 @@ class TraceTracker {
   CApiTable api_;
   KeepContext keep_context_ = nullptr;
   void* context_sink_ = nullptr;
+  CaptureStack capture_stack_ = nullptr;
+  void* capture_sink_ = nullptr;
   std::array<DeviceGauges, abi::kMaxDevices> gauges_{};
   std::atomic<std::uint64_t> forwarded_{0}, unmapped_{0}, not_recorded_{0}, observer_dumps_{0};
 };

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ctypes as _ctypes
 import datetime as _datetime
+import os as _os
+import sys as _sys
 import threading as _threading
 from typing import Iterable as _Iterable
 
@@ -85,6 +87,9 @@ def init(**settings: object) -> None:
     with _state_lock:
         _capi.check(_capi.library().oomflight_init_settings(names, values, len(variables)))
         _initialized = True
+    global _caller_stacks
+    _caller_stacks = (variables.get("OOMFLIGHT_STACKS") or _os.environ.get("OOMFLIGHT_STACKS", "")) != "off"
+    _stack_ids.clear()  # a new session's stack table
 
 
 _started_by = ""  # what started oomflight by itself (oomflight.torch.install); "" when the job called init()
@@ -106,11 +111,42 @@ def record(action: str | int, device: int, addr: int, size: int, stream: int = 0
     """Records one event now. `action` is a PyTorch trace action name ("alloc", "free_requested",
     "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot") or
     "step"; sizes and addresses in bytes. Returns False when the ring dropped the event (counted in the archive).
-    Raises ValueError for an unknown action or a device outside 0 .. 32767."""
+    Without a `stack_id` (intern_stack's), the event carries its caller's Python frames, as the PyTorch
+    extension's events do, unless OOMFLIGHT_STACKS is off. Raises ValueError for an unknown action or a device
+    outside 0 .. 32767."""
     code = _capi.ACTIONS.get(action) if isinstance(action, str) else action
     if code is None:
         raise ValueError(f"record: unknown action {action!r}; one of {', '.join(_capi.ACTIONS)}")
+    if stack_id == -1 and _caller_stacks:
+        stack_id = _caller_stack(_sys._getframe(1))
     return _capi.check(_capi.library().oomflight_record(code, device, addr, size, stream, stack_id)) == 0
+
+
+_caller_stacks = True  # record() gives events its caller's frames (OOMFLIGHT_STACKS is not off)
+_stack_ids: dict = {}  # (code, instruction offset) of each frame, innermost first -> interned stack id
+_MAX_CACHED_STACKS = 65536
+
+
+def _caller_stack(frame) -> int:
+    """The stack from `frame` outwards (at most 128 frames), interned in liboomflight once per distinct stack
+    (the key is each frame's code object and instruction offset, as the extension's capture keeps them), or -1."""
+    walk = []
+    while frame is not None and len(walk) < 128:
+        walk.append(frame)
+        frame = frame.f_back
+    key = tuple((f.f_code, f.f_lasti) for f in walk)
+    found = _stack_ids.get(key)
+    if found is not None:
+        return found
+    frames = (_capi.Frame * len(walk))(*[
+        _capi.Frame(getattr(f.f_code, "co_qualname", f.f_code.co_name).encode("utf-8", "replace"),
+                    f.f_code.co_filename.encode("utf-8", "replace"), f.f_lineno or 0) for f in walk])
+    interned = _ctypes.c_int32(-1)
+    if _capi.library().oomflight_intern_stack(frames, len(walk), _ctypes.byref(interned)) != 0:
+        return -1
+    if len(_stack_ids) < _MAX_CACHED_STACKS:
+        _stack_ids[key] = interned.value
+    return interned.value
 
 
 _explicit_batches = False  # the job marks batches itself: oomflight.torch's optimizer hook stands down

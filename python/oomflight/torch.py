@@ -11,10 +11,12 @@ optimizer step hooks) unless the job marks them itself. Anything that cannot wor
 cudaMallocAsync backend, an old torch, no extension for this torch and no compiler) is logged once; without a
 device oomflight still starts at once, so batches, metadata and on-demand dumps work on a CPU job too.
 
-Call sites: when torch gathers a context for its allocations (memory history with contexts on, as
-``torch.cuda.memory._record_memory_history(stacks="python")`` or ``install(stacks=True)`` sets it), every event
-carries its Python frames in the archive. The tracker only keeps the context; it is symbolised when a dump
-freezes the history, off the allocator's lock (docs/pytorch.md, "Python stacks").
+Call sites, by default: every event carries the allocating thread's Python frames in the archive, captured by the
+extension itself (oomflight's own capture, a fraction of torch's cost: plugins/pytorch/python_stacks.hpp) and
+symbolised when a dump freezes the history, off the allocator's lock. ``OOMFLIGHT_STACKS`` (or install's `stacks`)
+chooses: ``python`` (the default), ``torch`` (torch's own contexts: its memory history with Python frames, which
+costs several times more), or ``off``. Where the job records torch's memory history itself, its contexts are used
+as they are (docs/pytorch.md, "Python stacks").
 
     python -m oomflight.torch --check  # what works here: torch, the extension, the hooks, the device
 """
@@ -34,6 +36,7 @@ _state: dict = {
     "why_not": "",             # why they are not, once known
     "batch": -1,               # the last batch marked by the optimizer hook
     "auto_batches": True,      # the optimizer hook marks batches
+    "stacks": "python",        # which call sites events carry (stacks_setting)
     "observer_dumps_seen": 0,
 }
 
@@ -100,7 +103,7 @@ def _attach() -> None:
                 seeds.append((device, int(stats.get("allocated_bytes.all.current", 0)),
                               int(stats.get("reserved_bytes.all.current", 0)),
                               int(torch.cuda.get_device_properties(device).total_memory)))
-            why = module.attach(_function_addresses(), seeds, True, devices)
+            why = module.attach(_function_addresses(), seeds, True, devices, _state["stacks"])
             if why:
                 raise _extension.PluginError(why)
             _state["attached"] = True
@@ -110,7 +113,7 @@ def _attach() -> None:
 
                 # Before the interpreter finalises: its thread may take the GIL to drop a context.
                 atexit.register(module.stop_reclaimer)
-            if _state.get("stacks"):
+            if _state["stacks"] == "torch":
                 # Contexts for allocations and frees, Python frames only (cheap to gather); torch's own trace
                 # buffer kept to one entry: oomflight's ring is the history.
                 torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
@@ -137,23 +140,45 @@ def stop_marking_batches() -> None:
     _state["auto_batches"] = False
 
 
-def install(*, mark_batches: bool = True, stacks: bool = False, **settings: object) -> bool:
+STACKS = ("python", "torch", "off")
+
+
+def stacks_setting(stacks: bool | str | None = None) -> str:
+    """Which call sites events carry: `stacks` when given (True is "torch", False "off", as before 0.2.1), else
+    OOMFLIGHT_STACKS, else "python". Raises ValueError naming the values for any other."""
+    import os
+
+    if stacks is None:
+        stacks = os.environ.get("OOMFLIGHT_STACKS", "") or "python"
+    elif stacks is True:
+        stacks = "torch"
+    elif stacks is False:
+        stacks = "off"
+    if stacks not in STACKS:
+        raise ValueError(f"stacks: {stacks!r} is not one of {', '.join(STACKS)} (OOMFLIGHT_STACKS)")
+    return stacks
+
+
+def install(*, mark_batches: bool = True, stacks: bool | str | None = None, **settings: object) -> bool:
     """Installs the hooks in this process; idempotent. `settings` as oomflight.init's (used when install
     initialises oomflight). Returns True when the allocator hooks are (or will be, at CUDA init) attached; False
     with one logged warning when they cannot be. Without a CUDA device oomflight starts at once and records
-    batches and metadata (and dumps on demand) with no allocator events. With `stacks`, torch's memory history
-    is turned on with Python contexts once the hooks attach (``_record_memory_history(context="all",
-    stacks="python", max_entries=1)``), so that every event carries its call site; leave it off when the job
-    records memory history itself (its contexts are used as they are)."""
+    batches and metadata (and dumps on demand) with no allocator events. `stacks` (stacks_setting(): by default
+    OOMFLIGHT_STACKS, else "python"): "python" captures the allocating thread's Python stack for every event in the
+    extension; "torch" turns torch's memory history on with Python contexts once the hooks attach
+    (``_record_memory_history(context="all", stacks="python", max_entries=1)``); "off" records no call sites.
+    Where the job records memory history itself, its contexts are used as they are. Raises ValueError for a
+    `stacks` that is none of these."""
     import torch
 
+    mode = stacks_setting(stacks)
     with _lock:
         if _state["installed"]:
             return not _state["why_not"]
         _state["installed"] = True
         _state["settings"] = settings
         _state["auto_batches"] = mark_batches
-        _state["stacks"] = stacks
+        _state["stacks"] = mode
     if mark_batches:
         # torch.optim's namespace does not keep the submodule as an attribute (2.11): import it by name.
         import importlib
@@ -185,7 +210,7 @@ def install(*, mark_batches: bool = True, stacks: bool = False, **settings: obje
 def status() -> dict:
     """What install() achieved: installed, attached, why_not, batch, auto_batches, how the extension was loaded,
     and its counters (forwarded, unmapped, not_recorded, observer_dumps, devices)."""
-    out = {k: _state[k] for k in ("installed", "attached", "why_not", "batch", "auto_batches")}
+    out = {k: _state[k] for k in ("installed", "attached", "why_not", "batch", "auto_batches", "stacks")}
     module = _state.get("module")
     if module is not None:
         out["extension"] = getattr(module, "__file__", "")

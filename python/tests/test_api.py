@@ -5,7 +5,7 @@ import json
 import textwrap
 import unittest
 
-from support import PY, child_env, read_archive, run, scratch
+from support import PY, child_env, frames_of, read_archive, run, scratch
 
 
 def python(code: str, cwd, **env):
@@ -118,6 +118,39 @@ class Calls(unittest.TestCase):
         self.assertEqual(row["device"], 2)
         self.assertEqual(row["reserved_bytes"], 30 << 20)
         self.assertEqual(row["device_capacity_bytes"], 80 << 30)
+
+    def test_a_recorded_event_carries_its_callers_frames_unless_stacks_are_off(self):
+        # Issue 32: oomflight.record() without a stack_id names where it was called, as the torch extension's
+        # events do; OOMFLIGHT_STACKS=off (here the init keyword) records none.
+        script = """
+            import json, sys, oomflight
+            oomflight.init(run_name="where", folder="out", stacks=sys.argv[1])
+
+            def allocate(i):
+                oomflight.record("alloc", 0, 0x1000 * i, 512)  # RECORD
+
+            for i in range(3):
+                allocate(i)  # CALL
+            print(oomflight.request_dump("signal").path)
+            """
+        lines = textwrap.dedent(script).splitlines()
+        record = next(i for i, text in enumerate(lines, 1) if "# RECORD" in text)
+        call = next(i for i, text in enumerate(lines, 1) if "# CALL" in text)
+        for stacks in ("python", "off"):
+            cwd = scratch()
+            (cwd / "job.py").write_text(textwrap.dedent(script))
+            out = run([PY, "job.py", stacks], cwd, child_env())
+            self.assertEqual(out.returncode, 0, out.stderr)
+            import h5py
+            with h5py.File(out.stdout.strip(), "r") as f:
+                allocs = [int(e["stack_id"]) for e in f["events"][()] if int(e["action"]) == 0]
+                self.assertEqual(len(allocs), 3)
+                if stacks == "off":
+                    self.assertEqual(allocs, [-1] * 3)
+                    continue
+                self.assertEqual(len(set(allocs)), 1, "one call site, one stack")
+                job = str(cwd / "job.py")
+                self.assertEqual(frames_of(f, allocs[0]), [("allocate", job, record), ("<module>", job, call)])
 
     def test_an_oom_reaching_capture_oom_dumps_once_and_propagates_unchanged(self):
         cwd = scratch()

@@ -140,12 +140,14 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
             frames = frames_of(f, int(blocks[0]["stack_id"]))
             self.assertEqual(frames[0], ("<module>", str(cwd / "job.py"), line))
             self.assertEqual([int(b["stack_id"]) for b in blocks[1:]], [-1] * 4)
-            # The live events' contexts (the observer's freeze holds the GIL: symbolised on its own thread): each
-            # entry fed with a context carries the line that fed it, the others no stack.
+            # The live events' stacks (the observer's freeze holds the GIL: symbolised on its own thread): every
+            # entry carries the line that fed it, from torch's context where it has one, else from oomflight's own
+            # capture (issue 32), but free_completed, which a later allocation's thread records.
             feed = next(i for i, text in enumerate(JOB.splitlines(), 1) if "# FEED" in text)
             for entry, stack_id in zip(ENTRIES, f["events"]["stack_id"]):
                 frames = frames_of(f, int(stack_id))
-                self.assertEqual(frames[:1], [("<module>", str(cwd / "job.py"), feed)] if entry[5] else [], entry)
+                expected = [] if entry[0] == "free_completed" else [("<module>", str(cwd / "job.py"), feed)]
+                self.assertEqual(frames[:1], expected, entry)
         self.assertEqual(result["counters"]["contexts_kept"], sum(1 for e in ENTRIES if e[5]))
         self.assertEqual(result["counters"]["contexts_refused"], 0)
 
@@ -242,6 +244,89 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
         self.assertEqual(steps, [0, 1, 2, 3])  # batch 0 from install, one more after each optimizer step
         with h5py.File(result["path"], "r") as f:
             self.assertEqual([int(b) for b in f["batches"]["batch"]], [0, 1, 2, 3])
+
+
+OWN_STACKS_JOB = textwrap.dedent("""
+    import json, torch, oomflight, oomflight._extension as ext, oomflight.torch as ot
+    if not oomflight.initialized():  # under `oomflight run`, `import torch` has started it
+        oomflight.init(run_name="own", folder="out")
+    m = ext.load(torch)
+    assert m.attach(ot._function_addresses(), [(0, 0, 0, 80 << 30)], False, 0, ot.stacks_setting()) == ""
+
+    def step(layer):
+        # torch's context (gathered here by CapturedTraceback) and oomflight's own capture, from one line
+        assert m._feed([("alloc", 0, 0x1000 * layer, 4096, 0, True),  # FEED (a call's line is its first)
+                        ("alloc", 0, 0x100000 + layer, 512, 0, False),
+                        ("free_completed", 0, 0x100000 + layer, 512, 0, False)]) == ""
+
+    def model():
+        for layer in range(1, 4):
+            step(layer)  # STEP
+
+    model()  # MODEL
+    oomflight.record("segment_alloc", 0, 0x200000, 2 << 20)  # RECORD
+    assert m._feed_from_native_thread("pt_autograd_0", 0x300000, 1024) == ""
+    print(json.dumps({"path": oomflight.request_dump("signal").path, "counters": m.counters(),
+                      "frames": m.build_info()["python_frames"]}))
+""")
+
+
+class OwnPythonStacks(unittest.TestCase):
+    """Issue 32: with no setting, events that reach the extension without torch's context carry the allocating
+    thread's Python frames, captured by oomflight itself, and they are the frames torch's own context names."""
+
+    def setUp(self):
+        self.assertTrue(TORCH_SITE, "TEST_TORCH_SITE: the package installed with its extension")
+
+    def job(self, **env):
+        cwd = scratch()
+        (cwd / "job.py").write_text(OWN_STACKS_JOB)
+        out = run([PY, "job.py"], cwd, child_env(**env))
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        return cwd, json.loads(out.stdout.splitlines()[-1])
+
+    def line(self, marker: str) -> int:
+        return next(i for i, text in enumerate(OWN_STACKS_JOB.splitlines(), 1) if marker in text)
+
+    def test_every_event_carries_the_frames_torch_names_for_it(self):
+        cwd, result = self.job()
+        self.assertEqual(result["frames"], "in place")  # Debian's Python 3.11: the interpreter's own frames
+        job = str(cwd / "job.py")
+        with h5py.File(result["path"], "r") as f:
+            ev = f["events"][()]
+            stacks = [frames_of(f, int(e["stack_id"])) for e in ev]
+        actions = [int(a) for a in ev["action"]]
+        # 3 layers x (torch's context, oomflight's capture, free_completed), the record() call, the native thread
+        self.assertEqual(actions, [0, 0, 2] * 3 + [ACTIONS["segment_alloc"], 0])
+        for layer in range(3):
+            theirs, ours, completed = stacks[3 * layer: 3 * layer + 3]
+            self.assertEqual(ours, theirs, f"layer {layer + 1}: oomflight's frames against torch's")
+            self.assertEqual(ours, [("step", job, self.line("# FEED")), ("model", job, self.line("# STEP")),
+                                    ("<module>", job, self.line("# MODEL"))])
+            self.assertEqual(completed, [], "free_completed carries no stack: its thread is a later allocation's")
+        self.assertEqual(stacks[9][0], ("<module>", job, self.line("# RECORD")))
+        self.assertEqual(stacks[10], [("thread 'pt_autograd_0' (no Python frame)", "", 0)])
+        # One stack per distinct call site: the three layers share theirs.
+        self.assertEqual(len({int(e["stack_id"]) for e in ev[1:9:3]}), 1)
+        self.assertEqual(result["counters"]["python_stacks_dropped"], 0)
+
+    def test_stacks_off_records_none_of_them(self):
+        _, result = self.job(OOMFLIGHT_STACKS="off")
+        with h5py.File(result["path"], "r") as f:
+            ids = [int(e["stack_id"]) for e in f["events"][()]]
+        self.assertEqual(ids, [-1] * 11)
+        self.assertEqual(result["counters"]["python_stacks"], 0)
+
+    def test_the_report_names_the_jobs_lines_under_oomflight_run(self):
+        cwd = scratch()
+        (cwd / "job.py").write_text(OWN_STACKS_JOB)
+        env = child_env()
+        out = run([CLI, "run", "--run-name", "own", "--", PY, "job.py"], cwd, env)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        path = json.loads(out.stdout.splitlines()[-1])["path"]
+        report = run([CLI, "report", path], cwd, env)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        self.assertIn(f"step ({cwd / 'job.py'}:{self.line('# FEED')})", report.stdout)
 
 
 if __name__ == "__main__":

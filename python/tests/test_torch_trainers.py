@@ -11,7 +11,7 @@ from pathlib import Path
 
 import h5py
 
-from support import MPIRUN_ENV, PY, PYTHON_ROOT, child_env, run, scratch
+from support import CLI, MPIRUN_ENV, PY, PYTHON_ROOT, child_env, run, scratch
 
 COMPOSER_PY = os.environ.get("TEST_COMPOSER_PYTHON", "")
 STEP = 9
@@ -49,6 +49,17 @@ LIGHTNING = DIST_ENV + textwrap.dedent("""
     trainer.fit(Tiny(), data)
     print("batches", trainer.fit_loop.epoch_loop.total_batch_idx + 1, "world", trainer.world_size)
 """)
+
+# The same fit, whose training_step also hands the torch extension one allocation of its own (no device here: the
+# extension attached by hand once the callback has started oomflight, with the default call sites).
+LIGHTNING_FEEDS = LIGHTNING.replace("""        x, y = batch
+""", """        import oomflight._extension as ext, oomflight.torch as ot
+        m = ext.load(torch)
+        assert m.attach(ot._function_addresses(), [(0, 0, 0, 80 << 30)], False, 0, ot.stacks_setting()) == ""
+        assert m._feed([("alloc", 0, 0x10000 * (batch_idx + 1), 4096, 0, False)]) == ""  # FEED
+        x, y = batch
+""")
+assert LIGHTNING_FEEDS != LIGHTNING
 
 COMPOSER = DIST_ENV + textwrap.dedent("""
     import torch
@@ -88,6 +99,7 @@ def archive_summary(path: Path) -> dict:
 class RealTrainers(unittest.TestCase):
     def fit(self, python: str, script: str, env: dict, ranks: int = 1, port: int = 29533):
         cwd = scratch()
+        self.last_cwd = cwd
         (cwd / "fit.py").write_text(script)
         env = dict(env, TEST_MASTER_PORT=str(port))
         args = [python, "fit.py"]
@@ -115,6 +127,16 @@ class RealTrainers(unittest.TestCase):
         warnings = [line for line in out.stderr.splitlines() if "not recording CUDA allocator events" in line]
         self.assertEqual(len(warnings), 1, out.stderr[-3000:])
         self.assertIn("sees no CUDA device", warnings[0])
+
+    def test_lightnings_snapshot_names_the_training_steps_line_by_default(self):
+        # Issue 32: no stacks setting anywhere, and the report's call sites name the job's own line.
+        self.assertNotIn("OOMFLIGHT_STACKS", child_env())
+        self.fit(PY, LIGHTNING_FEEDS, child_env())
+        cwd = self.last_cwd
+        report = run([CLI, "report", str(cwd / "out" / "snapshot.1.h5")], cwd, child_env())
+        self.assertEqual(report.returncode, 0, report.stderr)
+        line = next(i for i, text in enumerate(LIGHTNING_FEEDS.splitlines(), 1) if "# FEED" in text)
+        self.assertIn(f"training_step ({cwd / 'fit.py'}:{line})", report.stdout)
 
     @unittest.skipUnless(COMPOSER_PY, "TEST_COMPOSER_PYTHON names Composer's environment")
     def test_composer_fit_gives_one_snapshot_of_batches_1_to_2(self):

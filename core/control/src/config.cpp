@@ -235,6 +235,16 @@ std::vector<OptionSpec> make_table() {
        "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: the package's "
        "own (a pip install's), then beside the `oomflight` on PATH, then the loader's search path.",
        [](Config& c, std::string_view v) { c.library = std::string(v); }},
+      {"OOMFLIGHT_STACKS", "string", "python",
+       "Call sites of the PyTorch extension's events: python (the allocating thread's Python stack, captured by "
+       "oomflight at a fraction of torch's cost), torch (torch's own contexts: its memory history with Python "
+       "frames) or off. A job that records torch's memory history itself has its contexts used as they are.",
+       [](Config& c, std::string_view v) {
+         if (v != "python" && v != "torch" && v != "off") {
+           throw std::invalid_argument("must be python, torch or off");
+         }
+         c.stacks = std::string(v);
+       }},
       {"OOMFLIGHT_LOG_LEVEL", "string", "info", "trace, debug, info, warn, error or off.",
        [](Config& c, std::string_view v) {
          static const std::vector<std::string_view> kLevels = {"trace", "debug", "info", "warn", "error", "off"};

@@ -60,6 +60,7 @@ struct OOMFLIGHT_API Config {
   /// an archive's /context records as the run's OOMFLIGHT_* settings.
   std::vector<std::pair<std::string, std::string>> given;
   std::string library;                ///< liboomflight's path for the Python package; unused by the library itself
+  std::string stacks = "python";      ///< the PyTorch extension's call sites: python, torch or off; unused here
 
   /// Reads every OOMFLIGHT_* variable through `lookup` (getenv by default), starting from the defaults.
   /// Throws ConfigError for a malformed value or an unknown OOMFLIGHT_* variable (a misspelt name must not be
