@@ -98,7 +98,10 @@ def main():
             batch = int(batch * args.grow) + 1  # the capped rank's activations grow until they do not fit
     if rank == 0 and len(times) > 2:
         steady = sorted(times[2:])  # the first steps compile and warm the allocator
-        print(f"median step {1000 * steady[len(steady) // 2]:.2f} ms over {len(steady)} steps", flush=True)
+        allocations = torch.cuda.memory_stats(device).get("allocation.all.allocated", 0)
+        print(f"median step {1000 * steady[len(steady) // 2]:.2f} ms over {len(steady)} steps "
+              f"(p10 {1000 * steady[len(steady) // 10]:.2f} ms; {allocations / args.steps:.0f} allocations a step)",
+              flush=True)
     if size > 1:
         dist.destroy_process_group()
 

@@ -60,11 +60,39 @@ using abi_forced_unwind = __cxxabiv1::__forced_unwind;  // pthread_exit's unwind
 
 std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vector<const Context*>& contexts);
 
+// Whether the interpreter is finalising (its flag, read without the GIL).
+bool python_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// The GIL for this scope, on a helper thread of the extension. Not pybind11::gil_scoped_acquire: when Python
+// exits while a helper runs Python code (torch's first symbolize imports for seconds), the interpreter ends the
+// helper with pthread_exit at its next take of the GIL, and the unwinding runs this destructor; pybind11's then
+// throws ("thread state must be current") and std::terminate aborts the job's exit (SIGABRT, or SIGSEGV: found
+// with a job that exits within a second of its first kept context, on the code before issue 32 too). A thread
+// the interpreter is ending gives nothing back.
+class HelperGil {
+ public:
+  HelperGil() noexcept : state_(PyGILState_Ensure()) {}
+  ~HelperGil() {
+    if (!python_finalizing()) PyGILState_Release(state_);
+  }
+  HelperGil(const HelperGil&) = delete;
+  HelperGil& operator=(const HelperGil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
 // torch's symbolize once on one context (with the GIL): its first call in a process imports much of torch.
 void warm_up_symbolize(const Context& context) {
   auto* tb = dynamic_cast<torch::CapturedTraceback*>(context.get());
   if (tb == nullptr) return;
-  pybind11::gil_scoped_acquire gil;
+  HelperGil gil;
   torch::symbolize({tb});
 }
 
@@ -191,7 +219,7 @@ class Symbolizer {
       try {
         if (job->work) {
           if (python_usable()) {
-            pybind11::gil_scoped_acquire gil;
+            HelperGil gil;
             job->work();
           }
         } else if (job->warm_up) {
@@ -380,6 +408,24 @@ void start_stacks(Plugin& p) {
   });
 }
 
+// Names in the archive's metadata (the report prints it with the origin) which call sites the events carry, so
+// that a report without stacks says why, and one with them says whose they are.
+void note_call_sites(const Plugin& p) {
+  if (p.api.set_metadata == nullptr) return;
+  std::string what;
+  if (p.python_stacks) {
+    what = std::string("python (oomflight's own capture of the allocating thread's stack, frames read ") +
+           (std::string(PythonStacks::method()) == "in place" ? "in place" : "through the public frame API") +
+           "; torch's contexts where the job records memory history)";
+  } else if (p.contexts) {
+    what = p.stacks == "torch" ? "torch (torch's contexts: its memory history with Python frames)"
+                               : "torch's contexts only, where the job records memory history";
+  } else {
+    what = p.stacks == "off" ? "off (no call sites recorded)" : "none (this liboomflight takes no deferred stacks)";
+  }
+  p.api.set_metadata("oomflight.call_sites", what.c_str());
+}
+
 // PyTorch's format_size, so that the archive's reason reads like torch's own OutOfMemoryError.
 std::string format_size(std::uint64_t bytes) {
   char text[64];
@@ -420,7 +466,7 @@ std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vecto
   if (tracebacks.empty()) return ids;
   torch::SymbolizedTracebacks symbolized;
   {
-    pybind11::gil_scoped_acquire gil;
+    HelperGil gil;
     symbolized = torch::symbolize(tracebacks);
   }
   std::vector<abi::Frame> frames;
@@ -566,6 +612,7 @@ std::string attach(const std::map<std::string, std::uint64_t>& addresses,
                                                                                         "oomflight_intern_stack");
       api.set_stack_resolver = function_at<int(CApiTable::StackResolver, void*, std::uint64_t*)>(
           addresses, "oomflight_set_stack_resolver");
+      api.set_metadata = function_at<int(const char*, const char*)>(addresses, "oomflight_set_metadata");
       if (!api.complete()) return "the oomflight C API table is incomplete (an older liboomflight?)";
       if (api.abi_version() != abi::kVersion) {
         return "liboomflight's C ABI version " + std::to_string(api.abi_version()) + " is not the plugin's " +
@@ -578,6 +625,7 @@ std::string attach(const std::map<std::string, std::uint64_t>& addresses,
       Plugin* p = plugin.get();
       p->stacks = stacks;
       start_stacks(*p);
+      note_call_sites(*p);
       p->trace_callback = [p](const Entry& entry) { p->tracker.on_entry(entry); };
       p->oom_observer = [p](std::int64_t device, std::size_t alloc_bytes, std::size_t device_total,
                             std::size_t device_free) {

@@ -98,6 +98,8 @@ struct CApiTable {
   using StackResolver = int (*)(void* user, const std::int32_t* deferred, std::size_t count, std::int32_t* stack_ids,
                                 std::uint32_t timeout_ms);
   int (*set_stack_resolver)(StackResolver resolver, void* user, std::uint64_t* max_entries) = nullptr;
+  /// oomflight_set_metadata: optional (the call sites are then not named in the archive's metadata).
+  int (*set_metadata)(const char* key, const char* value) = nullptr;
 
   bool complete() const noexcept {
     return abi_version != nullptr && record != nullptr && set_memory != nullptr && request_dump != nullptr &&

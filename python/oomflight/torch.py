@@ -54,7 +54,7 @@ def _function_addresses() -> dict[str, int]:
 
     lib = _capi.library()
     names = ("oomflight_abi_version", "oomflight_record", "oomflight_set_memory", "oomflight_request_dump",
-             "oomflight_log", "oomflight_intern_stack", "oomflight_set_stack_resolver")
+             "oomflight_log", "oomflight_intern_stack", "oomflight_set_stack_resolver", "oomflight_set_metadata")
     out = {}
     for name in names:
         try:

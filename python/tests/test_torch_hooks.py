@@ -247,7 +247,7 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
 
 
 OWN_STACKS_JOB = textwrap.dedent("""
-    import json, torch, oomflight, oomflight._extension as ext, oomflight.torch as ot
+    import json, time, torch, oomflight, oomflight._extension as ext, oomflight.torch as ot
     if not oomflight.initialized():  # under `oomflight run`, `import torch` has started it
         oomflight.init(run_name="own", folder="out")
     m = ext.load(torch)
@@ -266,6 +266,11 @@ OWN_STACKS_JOB = textwrap.dedent("""
     model()  # MODEL
     oomflight.record("segment_alloc", 0, 0x200000, 2 << 20)  # RECORD
     assert m._feed_from_native_thread("pt_autograd_0", 0x300000, 1024) == ""
+    # torch's first symbolize imports for seconds (on the extension's helper, once a context is kept): a dump
+    # before it is done would give torch's contexts up at the resolver's deadline on a busy machine.
+    deadline = time.monotonic() + 120
+    while not m.counters()["symbolizer_warm"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     print(json.dumps({"path": oomflight.request_dump("signal").path, "counters": m.counters(),
                       "frames": m.build_info()["python_frames"]}))
 """)
@@ -316,6 +321,8 @@ class OwnPythonStacks(unittest.TestCase):
             ids = [int(e["stack_id"]) for e in f["events"][()]]
         self.assertEqual(ids, [-1] * 11)
         self.assertEqual(result["counters"]["python_stacks"], 0)
+        report = run([CLI, "report", result["path"]], scratch(), child_env())
+        self.assertIn("metadata: oomflight.call_sites=off (no call sites recorded)", report.stdout)
 
     def test_the_report_names_the_jobs_lines_under_oomflight_run(self):
         cwd = scratch()
@@ -327,6 +334,36 @@ class OwnPythonStacks(unittest.TestCase):
         report = run([CLI, "report", path], cwd, env)
         self.assertEqual(report.returncode, 0, report.stderr)
         self.assertIn(f"step ({cwd / 'job.py'}:{self.line('# FEED')})", report.stdout)
+        # The report says whose call sites they are.
+        self.assertIn("metadata: oomflight.call_sites=python (oomflight's own capture of the allocating thread's "
+                      "stack, frames read in place; torch's contexts where the job records memory history)",
+                      report.stdout)
+
+
+EXIT_EARLY_JOB = textwrap.dedent("""
+    import sys, time, torch, oomflight, oomflight._extension as ext, oomflight.torch as ot
+    oomflight.init(run_name="early", folder="out")
+    m = ext.load(torch)
+    assert m.attach(ot._function_addresses(), [(0, 0, 0, 80 << 30)], False, 0, sys.argv[1]) == ""
+    assert m._feed([("alloc", 0, 0x1000, 4096, 0, True)]) == ""
+    time.sleep(float(sys.argv[2]))
+    print("leaving")
+""")
+
+
+class ExitWhileSymbolising(unittest.TestCase):
+    def test_a_job_that_ends_while_the_helper_runs_python_exits_with_its_own_status(self):
+        # A job that ends within a second of its first kept context: the extension's helper is still inside
+        # torch's first symbolize (importing) when Python finalises, and the interpreter ends it. Before the
+        # helper took the GIL with its own guard, pybind11's threw from its destructor there: the job's exit
+        # ended in SIGABRT or SIGSEGV, every run.
+        cwd = scratch()
+        (cwd / "job.py").write_text(EXIT_EARLY_JOB)
+        for stacks in ("torch", "python"):
+            for delay in ("0.0", "0.05", "0.3"):
+                out = run([PY, "job.py", stacks, delay], cwd, child_env())
+                self.assertEqual(out.returncode, 0, f"stacks {stacks}, exit after {delay} s:\n{out.stderr[-3000:]}")
+                self.assertEqual(out.stdout.strip(), "leaving")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ extension was built against the machine's torch. Each check prints one line and 
   ranks    examples/pytorch/train.py under mpirun -np 4 on the one GPU (gloo), rank 2 capped: one archive of 4
            ranks, origin 2, whose origin state rows equal rank 2's own snapshot at the error
   steps    the example's median step time, one process, without and with `oomflight run`
+  stack_cost  what call sites cost a step (issue 32): a 12-layer transformer (d 768, batch 8 x 1,024 tokens), 80
+           steps a run, alternating no recorder, `oomflight run` with its default (oomflight's own Python stacks) and
+           `oomflight run` with OOMFLIGHT_STACKS=torch (torch's history with Python stacks), 3 rounds: each run's
+           median and p10 step time and allocations a step
   lightning_oom  a Lightning Trainer.fit with OomflightCallback on 2 ranks under mpirun, rank 1 capped until a
            real cudaMalloc failure that nothing catches, 10 runs (alternately the callback alone and under
            `oomflight run`): exit status 1 every time (never a signal), one archive of both ranks naming rank 1,
@@ -257,6 +261,38 @@ def check_steps(out: Path) -> dict:
     return {"ok": ok, "median_step_ms": times}
 
 
+def check_stack_cost(out: Path, rounds: int = 3) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="oomflight-stack-cost-"))
+    model = [sys.executable, str(TRAIN), "--steps", "80", "--layers", "12", "--dim", "768", "--batch", "8",
+             "--seq", "1025"]
+    variants = {"none": ([], {}), "oomflight_default": (["oomflight", "run", "--run-name", "cost", "--"], {}),
+                "torch_stacks": (["oomflight", "run", "--run-name", "cost", "--"], {"OOMFLIGHT_STACKS": "torch"})}
+    runs = {name: [] for name in variants}
+    for i in range(rounds):
+        for name, (prefix, extra) in variants.items():
+            env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+            r = subprocess.run(prefix + model, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+            m = re.search(r"median step ([0-9.]+) ms over \d+ steps \(p10 ([0-9.]+) ms; (\d+) allocations", r.stdout)
+            entry = {"round": i, "rc": r.returncode}
+            if m:
+                entry.update(median_ms=float(m.group(1)), p10_ms=float(m.group(2)), allocations=int(m.group(3)))
+            else:
+                entry["log_tail"] = (r.stdout + r.stderr)[-2000:]
+            runs[name].append(entry)
+            print(f"stack_cost round {i} {name}: {entry.get('median_ms')} ms median, {entry.get('p10_ms')} ms p10",
+                  flush=True)
+
+    def middle(values):
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+    summary = {name: {"median_of_medians_ms": middle(e.get("median_ms") for e in rs),
+                      "median_of_p10s_ms": middle(e.get("p10_ms") for e in rs),
+                      "allocations_a_step": middle(e.get("allocations") for e in rs)} for name, rs in runs.items()}
+    ok = all(e.get("median_ms") for rs in runs.values() for e in rs)
+    return {"ok": ok, "summary": summary, "runs": runs}
+
+
 LIGHTNING_OOM = """
 import os, sys, time
 from pathlib import Path
@@ -329,7 +365,7 @@ def check_lightning_oom(out: Path, runs: int = 10) -> dict:
 
 
 CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps,
-          "lightning_oom": check_lightning_oom}
+          "stack_cost": check_stack_cost, "lightning_oom": check_lightning_oom}
 
 
 def main() -> int:
