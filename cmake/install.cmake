@@ -30,4 +30,5 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/oomflight DESTINATION ${CMAKE_INS
         PATTERN "__pycache__" EXCLUDE PATTERN ".gitignore" EXCLUDE PATTERN "_torch_plugin" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
               ${PROJECT_SOURCE_DIR}/plugins/pytorch/context_table.hpp
+              ${PROJECT_SOURCE_DIR}/plugins/pytorch/python_stacks.hpp
         DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python/oomflight/_torch_plugin)

@@ -10,4 +10,5 @@ if(TARGET oomflight)
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
               ${PROJECT_SOURCE_DIR}/plugins/pytorch/context_table.hpp
+              ${PROJECT_SOURCE_DIR}/plugins/pytorch/python_stacks.hpp
         DESTINATION _torch_plugin)

@@ -203,9 +203,14 @@ class PythonStacks {
         break;
       }
       PyCodeObject* code = PyFrame_GetCode(f);  // a new reference: the frame keeps the code alive meanwhile
-      const int line = PyFrame_GetLineNumber(f);
-      w.frames[n++] = {reinterpret_cast<PyObject*>(code), -1, line};
-      h = mix(h, code, -1, line);
+#if PY_VERSION_HEX >= 0x030B0000
+      // The instruction's offset (resolved to a line at the freeze): a line now would scan the line table.
+      const int offset = PyFrame_GetLasti(f), line = 0;
+#else
+      const int offset = -1, line = PyFrame_GetLineNumber(f);
+#endif
+      w.frames[n++] = {reinterpret_cast<PyObject*>(code), offset, line};
+      h = mix(h, code, offset, line);
       Py_DECREF(code);
       PyFrameObject* back = PyFrame_GetBack(f);  // a new reference
       Py_DECREF(f);

@@ -24,12 +24,16 @@ class PluginError(RuntimeError):
     """The torch extension cannot be built or loaded here; the message says why and what to do."""
 
 
+# Every source of the extension, all of which a build at first use needs.
+SOURCES = ("oomflight_torch.cpp", "trace_tracker.hpp", "context_table.hpp", "python_stacks.hpp")
+
+
 def source_dir() -> Path:
-    """The extension's sources: copied into the package when installed, or plugins/pytorch in a checkout."""
+    """The extension's sources: copied into the package when installed (cmake/install.cmake, cmake/wheel.cmake),
+    or plugins/pytorch in a checkout."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "_torch_plugin", here.parent.parent / "plugins" / "pytorch"):
-        if all((candidate / name).is_file() for name in ("oomflight_torch.cpp", "trace_tracker.hpp",
-                                                          "context_table.hpp")):
+        if all((candidate / name).is_file() for name in SOURCES):
             return candidate
     raise PluginError(f"the torch extension's sources are missing (looked in {here / '_torch_plugin'} and "
                       f"{here.parent.parent / 'plugins' / 'pytorch'}); reinstall oomflight")
