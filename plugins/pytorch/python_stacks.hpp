@@ -73,7 +73,7 @@ class PythonStacks {
   std::int32_t capture() noexcept {
     try {
       if (!Py_IsInitialized()) return -1;
-      Walk& w = walk_buffer();
+      Walk w;  // 2 KiB of this thread's stack: a thread_local here is a __tls_get_addr call (a dlopen'ed module)
       const bool gil = PyGILState_Check() != 0;
       if (!walk(w, gil)) return named_thread();
       Guard lock(busy_);
@@ -148,11 +148,6 @@ class PythonStacks {
     bool resolved = false;
     std::vector<Frame> frames;
   };
-
-  static Walk& walk_buffer() {
-    thread_local Walk w;
-    return w;
-  }
 
   // This thread's state, whether or not it holds the GIL (its own frames do not change while it runs C code).
   static PyThreadState* own_thread_state() noexcept { return PyGILState_GetThisThreadState(); }
