@@ -116,12 +116,7 @@ class Symbolizer {
     auto job = std::make_shared<Job>();
     job->contexts = contexts;
     job->deferred = deferred;
-    if (!post(job)) return false;
-    std::unique_lock lock(mutex_);
-    if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
-      api_.log(abi::kLogWarn, ("the Python stacks of " + std::to_string(contexts.size()) +
-                               " events were not symbolised within " + std::to_string(timeout_ms) +
-                               " ms (the GIL was not free); they are recorded with no stack").c_str());
+    if (!post_and_wait(job, timeout_ms, "the Python stacks of " + std::to_string(contexts.size()) + " events")) {
       return false;
     }
     ids = job->ids;
@@ -138,14 +133,7 @@ class Symbolizer {
     }
     auto job = std::make_shared<Job>();
     job->work = std::move(work);
-    if (!post(job)) return false;
-    std::unique_lock lock(mutex_);
-    if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
-      api_.log(abi::kLogWarn, ("oomflight's Python stacks were not symbolised within " + std::to_string(timeout_ms) +
-                               " ms (the GIL was not free); their events are recorded with no stack").c_str());
-      return false;
-    }
-    return true;
+    return post_and_wait(job, timeout_ms, "oomflight's Python stacks");
   }
 
   // torch's first symbolisation in a process imports half of torch (torch._dynamo and more: 1.8 s of imports
@@ -178,6 +166,18 @@ class Symbolizer {
     std::function<void()> work;  // run_with_gil's: run under the GIL instead
   };
 
+  // Queues `job` and waits for it at most timeout_ms; false (logged once, naming `what`) when it did not finish.
+  bool post_and_wait(const std::shared_ptr<Job>& job, std::uint32_t timeout_ms, const std::string& what) {
+    if (!post(job)) return false;
+    std::unique_lock lock(mutex_);
+    if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
+      api_.log(abi::kLogWarn, (what + " were not symbolised within " + std::to_string(timeout_ms) +
+                               " ms (the GIL was not free); their events are recorded with no stack").c_str());
+      return false;
+    }
+    return true;
+  }
+
   // Queues a job for the helper thread (started at the first); false once stopped.
   bool post(const std::shared_ptr<Job>& job) {
     {
@@ -190,13 +190,7 @@ class Symbolizer {
     return true;
   }
 
-  static bool python_usable() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-    return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-  }
+  static bool python_usable() { return Py_IsInitialized() && !python_finalizing(); }
 
   std::vector<std::int32_t> symbolize(const std::vector<Context>& contexts) {
     std::vector<const Context*> pointers;
