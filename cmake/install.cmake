@@ -31,4 +31,5 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/oomflight DESTINATION ${CMAKE_INS
 install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
               ${PROJECT_SOURCE_DIR}/plugins/pytorch/context_table.hpp
               ${PROJECT_SOURCE_DIR}/plugins/pytorch/python_stacks.hpp
+              ${PROJECT_SOURCE_DIR}/plugins/pytorch/job_store.hpp
         DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python/oomflight/_torch_plugin)

@@ -11,4 +11,5 @@ endif()
 install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
               ${PROJECT_SOURCE_DIR}/plugins/pytorch/context_table.hpp
               ${PROJECT_SOURCE_DIR}/plugins/pytorch/python_stacks.hpp
+              ${PROJECT_SOURCE_DIR}/plugins/pytorch/job_store.hpp
         DESTINATION _torch_plugin)

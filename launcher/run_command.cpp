@@ -22,10 +22,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The command is a Python interpreter: python, python3, python3.11, pythonw (by the executable's name).
+// The command is a Python interpreter (python, python3, python3.11, pythonw) or torchrun, whose workers inherit the
+// environment (its own process starts no session: oomflight/_autostart.py), by the executable's name.
 bool is_python(const std::string& command) {
   const std::string name = fs::path(command).filename().string();
-  return name.rfind("python", 0) == 0;
+  return name.rfind("python", 0) == 0 || name == "torchrun";
 }
 
 // The folder that holds the `oomflight` Python package this executable belongs to: a CMake install's
@@ -101,7 +102,7 @@ Command add_run(CLI::App& app) {
   sub->add_option("--run-name", *run_name, "The job's name (OOMFLIGHT_RUN_NAME), shared by all ranks");
   auto* python_flag = sub->add_flag("--python", *python,
                                     "Load oomflight's Python package at start-up (the default when the command is "
-                                    "python*)");
+                                    "python* or torchrun)");
   sub->add_flag("--no-python", *no_python, "Do not load the Python package")->excludes(python_flag);
   sub->add_option("command", *command, "The command to run, after --")->required();
   return {sub, [run_name, command, python, no_python] {

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "context_table.hpp"
+#include "job_store.hpp"
 #include "python_stacks.hpp"
 #include "trace_tracker.hpp"
 
@@ -1030,6 +1031,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "attach them; '' or why not");
   m.def("stop_reclaimer", &stop_reclaimer, pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Stop the context reclaimer's thread (at Python's exit, before the interpreter finalises); idempotent");
+  m.def("join_store", &oomflight::torch_plugin::join_store, pybind11::arg("address"), pybind11::arg("store"),
+        pybind11::arg("rank"), pybind11::arg("world_size"), pybind11::arg("local_rank"),
+        "Hands a torch.distributed Store to oomflight_join_store at `address`: \"\" or why not");
   m.def("counters", &counters, "Entries forwarded, unmapped actions, ring drops, observer dumps, attached, devices");
   m.def("build_info", &build_info, "The torch version this extension was compiled against, and its hooks");
   m.def("_feed", &feed, "Test: torch TraceEntry objects built here, through the attached trace callback");

@@ -90,10 +90,24 @@ def shutdown_at_normal_exit() -> None:
     atexit.register(_at_exit)
 
 
+def _is_torchrun_agent() -> bool:
+    """torchrun (or python -m torch.distributed.run / .launch) itself: it starts the workers and is no rank. The
+    workers, which inherit the environment, start oomflight each."""
+    import os
+
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if sys.argv and os.path.basename(sys.argv[0]) == "torchrun":
+        return True
+    return any(a == "-m" and b in ("torch.distributed.run", "torch.distributed.launch")
+               for a, b in zip(argv, argv[1:]))
+
+
 def start() -> None:
     if STATE["started"]:
         return
     STATE["started"] = True
+    if _is_torchrun_agent():
+        return
     shutdown_at_normal_exit()
     if "torch" in sys.modules:
         _hook_torch()

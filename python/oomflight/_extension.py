@@ -25,7 +25,8 @@ class PluginError(RuntimeError):
 
 
 # Every source of the extension, all of which a build at first use needs.
-SOURCES = ("oomflight_torch.cpp", "trace_tracker.hpp", "context_table.hpp", "python_stacks.hpp")
+SOURCES = ("oomflight_torch.cpp", "trace_tracker.hpp", "context_table.hpp", "python_stacks.hpp",
+           "job_store.hpp")
 
 
 def source_dir() -> Path:

@@ -54,7 +54,8 @@ def _function_addresses() -> dict[str, int]:
 
     lib = _capi.library()
     names = ("oomflight_abi_version", "oomflight_record", "oomflight_set_memory", "oomflight_request_dump",
-             "oomflight_log", "oomflight_intern_stack", "oomflight_set_stack_resolver", "oomflight_set_metadata")
+             "oomflight_log", "oomflight_intern_stack", "oomflight_set_stack_resolver", "oomflight_set_metadata",
+             "oomflight_join_store")
     out = {}
     for name in names:
         try:
@@ -125,6 +126,91 @@ def _attach() -> None:
             _log("warn", f"not recording CUDA allocator events: {e}")
 
 
+def _own_store(dist):
+    """The job's default store as oomflight's transport: on a TCPStore (torchrun's agent store, the one
+    init_process_group makes), a client of its own on the same endpoint, so that oomflight's round trips never wait
+    behind the job's own; under oomflight's prefix, with the elastic restart round in it (a new round's dumps never
+    see the keys of the round before)."""
+    import datetime
+    import os
+
+    base = dist.distributed_c10d._get_default_store()
+    while isinstance(base, dist.PrefixStore):
+        base = base.underlying_store
+    if isinstance(base, dist.TCPStore):
+        base = dist.TCPStore(base.host, base.port, is_master=False, timeout=datetime.timedelta(seconds=30),
+                             wait_for_workers=False)
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"oomflight/{run}/{restart}/", base)
+
+
+def _join_job_store() -> None:
+    """Once torch.distributed is initialised in a job that no MPI launcher started (torchrun, Lightning's or
+    Composer's launcher): oomflight's ranks become torch's, and an OOM on any rank dumps every rank into one archive
+    through the job's c10d store (docs/protocol.md, "Jobs without MPI"). Never raises: a job that cannot join is
+    recorded rank by rank, as before, with one warning."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if _state.get("joined") or not dist.is_initialized():
+        return
+    _state["joined"] = True
+    try:
+        with _lock:
+            _start()  # no MPI to initialise after the device is chosen: start now if CUDA has not started it
+        lib = _capi.library()
+        if lib.oomflight_launched_by_mpi():
+            return  # the MPI job's ranks already
+        world = dist.get_world_size()
+        if world < 2:
+            return
+        rank = dist.get_rank()
+        local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+        if not 0 <= local_rank < world:
+            local_rank = 0
+        module = _extension.load(torch)
+        why = module.join_store(_function_addresses()["oomflight_join_store"], _own_store(dist), rank, world,
+                                local_rank)
+        if why:
+            raise RuntimeError(f"{why}: {_capi.last_error()}")
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        if restart is not None:
+            lib.oomflight_set_metadata(b"oomflight.restart_round", restart.encode())
+        _log("debug", f"joined the job's c10d store as rank {rank} of {world}")
+    except Exception as e:  # noqa: BLE001 - never into training
+        _log("warn", f"not coordinating dumps with the job's other ranks (each rank dumps alone): {e}")
+
+
+def _hook_process_group() -> None:
+    """Joins the job's store right after torch.distributed.init_process_group (or now, if it ran already)."""
+    try:
+        import functools
+
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        c10d = dist.distributed_c10d
+        original = c10d.init_process_group
+        if not getattr(original, "_oomflight", False):
+            @functools.wraps(original)
+            def init_process_group(*args, **kwargs):
+                result = original(*args, **kwargs)
+                _join_job_store()
+                return result
+
+            init_process_group._oomflight = True
+            c10d.init_process_group = init_process_group
+            dist.init_process_group = init_process_group
+        if dist.is_initialized():
+            _join_job_store()
+    except Exception as e:  # noqa: BLE001
+        _log("warn", f"not watching torch.distributed's start: {e}")
+
+
 def _optimizer_step_hook(optimizer, args, kwargs) -> None:
     if not _state["auto_batches"] or _oomflight._explicit_batches or not _oomflight.initialized():
         return
@@ -186,6 +272,7 @@ def install(*, mark_batches: bool = True, stacks: bool | str | None = None, **se
         optimizer = importlib.import_module("torch.optim.optimizer")
         if hasattr(optimizer, "register_optimizer_step_post_hook"):
             optimizer.register_optimizer_step_post_hook(_optimizer_step_hook)
+    _hook_process_group()
     try:
         _extension.check_torch(torch)
         if not torch.cuda.is_available():

@@ -50,7 +50,8 @@ class AheadOfTimeBuild(unittest.TestCase):
         self.assertTrue(os.access(package / "bin" / "oomflight", os.X_OK))
         self.assertTrue((site / "bin" / "oomflight").is_file(), "the console script")
         self.assertEqual(sorted(p.name for p in (package / "_torch_plugin").iterdir()),
-                         ["context_table.hpp", "oomflight_torch.cpp", "python_stacks.hpp", "trace_tracker.hpp"])
+                         ["context_table.hpp", "job_store.hpp", "oomflight_torch.cpp", "python_stacks.hpp",
+                          "trace_tracker.hpp"])
         self.drives_its_own_library(site)
         # What a build at first use reads (a torch installed later): the installed copies, every one of them.
         out = run([PY, "-c", "import oomflight._extension as e; print(e.source_dir())"], scratch(),

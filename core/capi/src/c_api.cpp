@@ -26,6 +26,7 @@
 #include "oomflight/control/mpi_job.hpp"
 #include "oomflight/control/oom_classifier.hpp"
 #include "oomflight/control/session.hpp"
+#include "oomflight/control/store_client.hpp"
 
 namespace {
 
@@ -705,6 +706,78 @@ int oomflight_log(int level, const char* message) {
     oomflight::log_message(static_cast<LogLevel>(level), message);
     return OOMFLIGHT_OK;
   });
+}
+
+namespace {
+// The plugin's store (oomflight_store) as the control wing's StoreClient: every failure becomes an exception that
+// names the key and the store's own words.
+class CStoreClient final : public oomflight::StoreClient {
+ public:
+  explicit CStoreClient(const oomflight_store& store) : s_(store) {}
+  void set(const std::string& key, const std::string& value) override {
+    check(s_.set(s_.user, key.c_str(), value.data(), value.size()), "set", key);
+  }
+  std::optional<std::string> get(const std::string& key) override {
+    std::string buffer(4096, '\0');
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::size_t size = 0;
+      const int rc = s_.get(s_.user, key.c_str(), buffer.data(), buffer.size(), &size);
+      if (rc == 0) return std::nullopt;
+      check(rc < 0 ? rc : 0, "get", key);
+      if (size <= buffer.size()) {
+        buffer.resize(size);
+        return buffer;
+      }
+      buffer.assign(size, '\0');  // it was larger than the buffer: read it again, whole
+    }
+    throw std::runtime_error(fmt::format("the job's store: key {} keeps changing size", key));
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    std::int64_t value = 0;
+    check(s_.add(s_.user, key.c_str(), delta, &value), "add", key);
+    return value;
+  }
+
+ private:
+  void check(int rc, const char* what, const std::string& key) const {
+    if (rc >= 0) return;
+    const char* why = s_.last_error != nullptr ? s_.last_error(s_.user) : nullptr;
+    throw std::runtime_error(fmt::format("the job's store failed to {} {} ({}){}{}", what, key, rc,
+                                         why != nullptr ? ": " : "", why != nullptr ? why : ""));
+  }
+  oomflight_store s_;
+};
+}  // namespace
+
+int oomflight_join_store(const struct oomflight_store* store, int rank, int world_size, int local_rank) {
+  if (store == nullptr || store->struct_size < sizeof(oomflight_store) || store->set == nullptr ||
+      store->get == nullptr || store->add == nullptr) {
+    return fail(OOMFLIGHT_EINVAL, "oomflight_join_store: store is NULL, smaller than struct oomflight_store, or "
+                                  "lacks set, get or add");
+  }
+  if (world_size < 1 || rank < 0 || rank >= world_size || local_rank < 0 || local_rank >= world_size) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_join_store: rank {} and local rank {} of world size {}: out of range",
+                 rank, local_rank, world_size);
+  }
+  const std::lock_guard lock(lifecycle_mutex());
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_join_store");
+  if (oomflight::launched_by_mpi()) {
+    return fail(OOMFLIGHT_ESTATE, "oomflight_join_store: an MPI launcher started this process: its ranks are MPI's");
+  }
+  try {
+    session->join_store(std::make_unique<CStoreClient>(*store), rank, world_size, local_rank);
+    return OOMFLIGHT_OK;
+  } catch (const std::logic_error& e) {
+    if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) {
+      return failf(OOMFLIGHT_EINVAL, "oomflight_join_store: {}", e.what());
+    }
+    return failf(OOMFLIGHT_ESTATE, "oomflight_join_store: {}", e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(OOMFLIGHT_ENOMEM, "oomflight_join_store: out of host memory");
+  } catch (const std::exception& e) {
+    return failf(OOMFLIGHT_EINTERNAL, "oomflight_join_store: {}", e.what());
+  }
 }
 
 int oomflight_shutdown(void) { return end_session(oomflight::Session::End::requested, "oomflight_shutdown"); }

@@ -226,4 +226,15 @@ std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins
   return fmt::format("{} asked for {} {} dump at batch {}", who, vowel ? "an" : "a", name, batch);
 }
 
+void announce_dump(const DumpRequest& request, int rank, std::int64_t batch) {
+  const std::string what = dump_summary(request.kind, {rank}, batch, request.requested_bytes,
+                                        request.device_free_bytes, request.numbers_from_message);
+  const std::string reason = request.reason.empty() ? std::string() : fmt::format(": {}", request.reason);
+  if (request.kind == DumpKind::oom) {
+    log().error("{}, writing the history of every rank{}", what, reason);
+  } else {
+    log().info("{}, writing the history of every rank{}", what, reason);
+  }
+}
+
 }  // namespace oomflight

@@ -87,4 +87,9 @@ std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins
                          std::uint64_t requested_bytes, std::uint64_t device_free_bytes,
                          std::uint32_t from_message = 0);
 
+/// Logs the root cause on this rank's stderr, before any step another rank could block or a teardown could cut
+/// short: "rank 2 out of memory at batch 7 (...), writing the history of every rank: <reason>" (error for an oom
+/// dump, info for the others). Both transports' origins call it first.
+void announce_dump(const DumpRequest& request, int rank, std::int64_t batch);
+
 }  // namespace oomflight

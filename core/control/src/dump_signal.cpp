@@ -1,10 +1,12 @@
 // The SIGUSR1 flag (dump_signal.hpp).
 #include "dump_signal.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 
 namespace oomflight {
 namespace {
@@ -30,6 +32,19 @@ void restore_default(int sig, void (*handler)(int)) {
   sigaction(sig, &restore, nullptr);
 }
 
+// A forked child (a DataLoader worker) inherits the handlers but not the watcher that acts on their flags: it would
+// ignore SIGTERM (its parent's terminate() could not end it) and SIGUSR1. Its child-side fork handler puts the default
+// back where the handler is still oomflight's.
+extern "C" void restore_defaults_in_child() {
+  restore_default(SIGUSR1, &on_dump_signal);
+  restore_default(SIGTERM, &on_exit_signal);
+}
+
+void restore_defaults_at_fork() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &restore_defaults_in_child); });
+}
+
 }  // namespace
 
 bool install_dump_signal() {
@@ -41,6 +56,7 @@ bool install_dump_signal() {
   handler.sa_handler = &on_dump_signal;
   handler.sa_flags = SA_RESTART;  // the job's interrupted system calls resume
   sigemptyset(&handler.sa_mask);
+  restore_defaults_at_fork();
   return sigaction(SIGUSR1, &handler, nullptr) == 0;
 }
 
@@ -56,6 +72,7 @@ bool install_exit_signal() {
   handler.sa_handler = &on_exit_signal;
   handler.sa_flags = SA_RESTART;
   sigemptyset(&handler.sa_mask);
+  restore_defaults_at_fork();
   return sigaction(SIGTERM, &handler, nullptr) == 0;
 }
 

@@ -17,6 +17,7 @@
 #include "retention.hpp"
 #include "settings_agreement.hpp"
 #include "snapshot_events.hpp"
+#include "store_protocol.hpp"
 #include "trigger_protocol.hpp"
 
 namespace oomflight {
@@ -94,6 +95,7 @@ Session::~Session() {
   if (!shutdown(End::error)) {
     // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
     (void)protocol_.release();
+    (void)store_protocol_.release();
     (void)executor_.release();
   }
 }
@@ -117,6 +119,8 @@ bool Session::shutdown(End how) {
     log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
                "end of its window, or left); it is dropped");
   }
+  // The store transport has no leave agreement: it tells the others this rank left, so that no dump waits for it.
+  if (store_protocol_) store_protocol_->shutdown();
   // A normal end leaves together with the other ranks (answering their dumps meanwhile); any other end does not
   // wait for them, and says whether it finalises MPI: an error never does; a requested end after an OOM dump may
   // (a caught and retried OOM that exits 0), so it does not claim otherwise.
@@ -130,6 +134,24 @@ void Session::stop_watching_peers() {
 }
 
 bool Session::peer_never_finalises() { return protocol_ && protocol_->peer_never_finalises(); }
+
+void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world_size, int local_rank) {
+  if (world_size < 1 || rank < 0 || rank >= world_size || local_rank < 0 || local_rank >= world_size) {
+    throw std::invalid_argument(fmt::format("rank {} and local rank {} of world size {}: out of range", rank,
+                                            local_rank, world_size));
+  }
+  std::lock_guard lock(batch_mutex_);
+  if (protocol_) throw std::logic_error("this process joined its MPI job already (an MPI launcher started it)");
+  if (store_protocol_) throw std::logic_error("this process joined the job's store already");
+  if (shut_down_) throw std::logic_error("the session has ended");
+  identity_.rank = rank;
+  identity_.world_size = world_size;
+  identity_.local_rank = local_rank;
+  set_log_rank(rank);
+  recorder_.context().set_environment(capture_environment(identity_, config_));
+  store_protocol_ = std::make_unique<StoreProtocol>(config_, identity_, recorder_, *executor_, std::move(store));
+  store_view_.store(store_protocol_.get(), std::memory_order_release);
+}
 
 void Session::mark_batch(std::int64_t batch) {
   std::lock_guard lock(batch_mutex_);
@@ -185,6 +207,9 @@ DumpResult Session::dump(const DumpRequest& given) {
   }
   if (request.kind == DumpKind::oom) oom_dumped_ = true;
   if (protocol_) return protocol_->request(request);
+  if (StoreProtocol* store = store_view_.load(std::memory_order_acquire)) {
+    if (auto r = store->request(request)) return std::move(*r);
+  }
   return dump_alone(request);
 }
 

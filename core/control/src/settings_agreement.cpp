@@ -44,6 +44,13 @@ void check(int rc, const char* what) {
 
 }  // namespace
 
+std::vector<std::string> agreed_setting_values(const Config& config) {
+  const Values v = values_of(&config);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < kAgreed; ++i) out.push_back(value_text(i, v[1 + i]));
+  return out;
+}
+
 std::string rank_ranges(const std::vector<int>& ranks) {
   std::string out;
   for (std::size_t i = 0; i < ranks.size();) {

@@ -33,6 +33,10 @@ inline constexpr const char* kAgreedSettings[] = {"OOMFLIGHT_ENABLED", "OOMFLIGH
 /// Throws std::runtime_error when an MPI call fails. Not thread-safe with other collectives on `comm`.
 void agree_on_settings(const Config* config, MPI_Comm comm);
 
+/// This rank's value of each of kAgreedSettings, as the agreement's messages print them ("1", "unset", "4ba"): what
+/// the store transport (store_protocol.hpp) compares between ranks, since it has no MPI reduction.
+std::vector<std::string> agreed_setting_values(const Config& config);
+
 /// "0", "0-3", "0, 2-3, 7": ascending ranks with runs collapsed. `ranks` must be sorted ascending.
 std::string rank_ranges(const std::vector<int>& ranks);
 

@@ -346,14 +346,7 @@ void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
 void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
   // The root cause first, on this rank's stderr, before any step another rank could block or a teardown could
   // cut short: whatever happens to the dump, the user reads why the job died.
-  const std::string what = dump_summary(request.kind, {id_.rank}, batch, request.requested_bytes,
-                                        request.device_free_bytes, request.numbers_from_message);
-  const std::string reason = request.reason.empty() ? std::string() : fmt::format(": {}", request.reason);
-  if (request.kind == DumpKind::oom) {
-    log().error("{}, writing the history of every rank{}", what, reason);
-  } else {
-    log().info("{}, writing the history of every rank{}", what, reason);
-  }
+  announce_dump(request, id_.rank, batch);
 }
 
 void TriggerProtocol::watch() {

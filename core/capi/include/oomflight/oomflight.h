@@ -454,6 +454,41 @@ OOMFLIGHT_API int oomflight_shutdown(void);
  *  Returns as oomflight_shutdown. */
 OOMFLIGHT_API int oomflight_end(int exit_status);
 
+/** A key-value store that every rank of the job reaches (PyTorch's c10d store: a TCPStore, torchrun's agent store),
+ *  handed to oomflight by a plugin so that a job no MPI launcher started still dumps every rank into one archive
+ *  (docs/protocol.md, "Jobs without MPI"). Every function may be called from any thread, also concurrently, and
+ *  must not need the caller to hold any lock of the host (no Python GIL): oomflight calls them from its watcher
+ *  thread and from a thread that ran out of memory. Keys are short ASCII text; oomflight puts every key it uses
+ *  under the prefix the plugin chose for it. Each function returns 0 on success and a negative number on a failure
+ *  of the store (then last_error, when not NULL, says why, for this thread); none waits for a key to appear.
+ *  The struct is copied at oomflight_join_store; `user` must stay valid until the process ends (oomflight never
+ *  releases it: a dump may still be under way when the process exits). */
+struct oomflight_store {
+  size_t struct_size; /**< sizeof(struct oomflight_store) */
+  void* user;         /**< passed to every function */
+  /** Sets `key` to the `size` bytes at `value`. */
+  int (*set)(void* user, const char* key, const void* value, size_t size);
+  /** Reads `key` without waiting: 1 when it exists (its full size in *size, at most `capacity` bytes copied to
+   *  `buffer`), 0 when it does not. */
+  int (*get)(void* user, const char* key, void* buffer, size_t capacity, size_t* size);
+  /** Adds `delta` to the counter `key` (created at 0) and gives its new value in *value; delta 0 reads it. */
+  int (*add)(void* user, const char* key, int64_t delta, int64_t* value);
+  /** This thread's message for the last failure, or NULL. May be NULL. */
+  const char* (*last_error)(void* user);
+};
+
+/** Joins a job that no MPI launcher started through `store` (since 0.2.1): this process is rank `rank` of
+ *  `world_size` (`local_rank` among the processes of its host), as the job's own launcher numbered it (torch's
+ *  ranks). From then on an OOM on any rank makes every rank that joined the same store write its history, and the
+ *  lowest rank that wrote one merges them into one archive of the usual schema. Not collective and never waits for
+ *  another rank: the ranks agree on the run name, the job id and the settings that must agree on oomflight's own
+ *  thread, within OOMFLIGHT_DUMP_TIMEOUT (until then a dump waits for that agreement; without it, or when the
+ *  settings differ, each rank dumps alone, and the log says why on every rank).
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (store NULL, a NULL function, struct_size too small, world_size < 1,
+ *  rank or local_rank outside 0 .. world_size - 1), OOMFLIGHT_ESTATE (not initialised, under an MPI launcher, or
+ *  already joined) or OOMFLIGHT_EINTERNAL. Thread-safe; call it once, before the job's first dump. */
+OOMFLIGHT_API int oomflight_join_store(const struct oomflight_store* store, int rank, int world_size, int local_rank);
+
 /** The last error message of this thread ("" if none). Valid until this thread's next oomflight call. */
 OOMFLIGHT_API const char* oomflight_last_error(void);
 

@@ -17,6 +17,8 @@
 namespace oomflight {
 
 class DumpExecutor;
+class StoreClient;
+class StoreProtocol;
 class TriggerProtocol;
 
 /// One per process.
@@ -77,6 +79,13 @@ class Session {
   /// or the configuration).
   bool shutdown(End how = End::requested);
 
+  /// Joins a job that no MPI launcher started through a store every rank reaches (store_protocol.hpp): this
+  /// process becomes rank `rank` of `world_size` (`local_rank` on its host) in its log, its files and its dumps.
+  /// Never waits for another rank (the ranks agree on the watcher thread). Throws std::logic_error when the session
+  /// runs under MPI, already joined or ended, std::invalid_argument for ranks out of range, std::runtime_error when
+  /// the store fails at once. Thread-safe; call it before the job's first dump.
+  void join_store(std::unique_ptr<StoreClient> store, int rank, int world_size, int local_rank);
+
   /// After shutdown(): whether a rank is known to end without MPI_Finalize, now or before: its LEFT message said it
   /// leaves on an error, or (on this node) its process ended with no LEFT message (killed, os._exit, a crash).
   /// MPI_Finalize may then wait for it for good (Open MPI's finalize fence did, in 1 run of 3 here). Makes no MPI
@@ -99,6 +108,8 @@ class Session {
   Recorder recorder_;
   std::unique_ptr<DumpExecutor> executor_;
   std::unique_ptr<TriggerProtocol> protocol_;
+  std::unique_ptr<StoreProtocol> store_protocol_;  // set once by join_store, under batch_mutex_
+  std::atomic<StoreProtocol*> store_view_{nullptr};  // what dump() reads without the lock
   SnapshotSchedule schedule_;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
   bool shut_down_ = false;

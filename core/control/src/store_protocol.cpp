@@ -1,0 +1,543 @@
+// The store transport's dump (store_protocol.hpp; docs/protocol.md, "Jobs without MPI").
+#include "store_protocol.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "dump_signal.hpp"
+#include "environment.hpp"
+#include "oomflight/base/log.hpp"
+#include "oomflight/base/units.hpp"
+#include "oomflight/format/archive_merge.hpp"
+#include "oomflight/format/archive_writer.hpp"
+#include "protocol_timing.hpp"
+#include "retention.hpp"
+#include "settings_agreement.hpp"
+
+namespace oomflight {
+namespace {
+
+constexpr int kHelloVersion = 1;
+// Waiting for other ranks' keys: a round trip to the store every few ms, at most the watcher's poll interval.
+constexpr std::chrono::milliseconds kWaitPoll{5};
+
+// Fields as "<size>\n<bytes>" one after another: any byte may occur in a field (a reason has newlines).
+std::string pack(const std::vector<std::string>& fields) {
+  std::string out;
+  for (const std::string& f : fields) {
+    out += std::to_string(f.size());
+    out += '\n';
+    out += f;
+  }
+  return out;
+}
+
+std::optional<std::vector<std::string>> unpack(const std::string& text) {
+  std::vector<std::string> fields;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) return std::nullopt;
+    std::size_t size = 0;
+    const auto [end, ec] = std::from_chars(text.data() + at, text.data() + nl, size);
+    if (ec != std::errc() || end != text.data() + nl || size > text.size() - nl - 1) return std::nullopt;
+    fields.push_back(text.substr(nl + 1, size));
+    at = nl + 1 + size;
+  }
+  return fields;
+}
+
+std::optional<std::int64_t> to_int(const std::string& s) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+void sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+
+}  // namespace
+
+StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, Recorder& recorder, DumpExecutor& executor,
+                             std::unique_ptr<StoreClient> store)
+    : config_(config), id_(identity), recorder_(recorder), executor_(executor), store_(std::move(store)) {
+  agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout);
+  std::vector<std::string> hello = {std::to_string(kHelloVersion)};
+  for (std::string& v : agreed_setting_values(config_)) hello.push_back(std::move(v));
+  hello.push_back(id_.run_name);  // rank 0's (configured or generated) is everyone's
+  hello.push_back(id_.job_id);
+  hello.push_back(id_.host);
+  hello.push_back(std::to_string(id_.pid));
+  store_->set(fmt::format("hello/{}", id_.rank), pack(hello));  // throws: the caller reports it, nothing started
+  store_->add("hellos", 1);  // the watchers read the hellos once all are there (one round trip a poll until then)
+  // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
+  // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
+  exit_signal_ = install_exit_signal();
+  watcher_ = std::thread([this] { watch(); });
+}
+
+StoreProtocol::~StoreProtocol() {
+  shutdown();
+  if (watcher_.joinable()) watcher_.detach();  // shutdown gave up on it: it holds no lock and ends on stop_
+}
+
+std::string StoreProtocol::key(std::int64_t n, const std::string& what) const { return fmt::format("d{}/{}", n, what); }
+
+std::string StoreProtocol::encode(const Cause& c) {
+  return pack({std::to_string(c.origin), std::to_string(static_cast<int>(c.kind)), std::to_string(c.batch),
+               std::to_string(c.requested_bytes), std::to_string(c.device_free_bytes),
+               std::to_string(c.numbers_from_message), c.reason});
+}
+
+std::optional<StoreProtocol::Cause> StoreProtocol::decode(const std::string& text) {
+  const auto f = unpack(text);
+  if (!f || f->size() != 7) return std::nullopt;
+  const auto origin = to_int((*f)[0]), kind = to_int((*f)[1]), batch = to_int((*f)[2]), requested = to_int((*f)[3]),
+             free = to_int((*f)[4]), from = to_int((*f)[5]);
+  if (!origin || !kind || !batch || !requested || !free || !from || *kind < 0 || *kind >= kDumpKindCount) {
+    return std::nullopt;
+  }
+  Cause c;
+  c.origin = static_cast<int>(*origin);
+  c.kind = static_cast<DumpKind>(*kind);
+  c.batch = *batch;
+  c.requested_bytes = static_cast<std::uint64_t>(*requested);
+  c.device_free_bytes = static_cast<std::uint64_t>(*free);
+  c.numbers_from_message = static_cast<std::uint32_t>(*from);
+  c.reason = (*f)[6];
+  return c;
+}
+
+bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
+  const int size = id_.world_size;
+  if (store_->add("hellos", 0) < size && monotonic_ns() < deadline_ns) return false;
+  std::vector<std::vector<std::string>> hellos(static_cast<std::size_t>(size));
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    const auto text = store_->get(fmt::format("hello/{}", r));
+    const auto fields = text ? unpack(*text) : std::nullopt;
+    if (!fields) {
+      missing.push_back(r);
+      continue;
+    }
+    hellos[static_cast<std::size_t>(r)] = *fields;
+  }
+  const std::size_t settings = agreed_setting_values(config_).size();
+  std::string problem;
+  if (!missing.empty()) {
+    if (monotonic_ns() < deadline_ns) return false;
+    problem = fmt::format("{} {} did not join the job's store within {} (OOMFLIGHT_DUMP_TIMEOUT)",
+                          missing.size() == 1 ? "rank" : "ranks", rank_ranges(missing),
+                          format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
+  } else {
+    for (int r = 0; r < size; ++r) {
+      const auto& h = hellos[static_cast<std::size_t>(r)];
+      if (h.size() != settings + 5 || h[0] != std::to_string(kHelloVersion)) {
+        problem = fmt::format("rank {} runs another version of oomflight (its hello does not read)", r);
+        break;
+      }
+    }
+  }
+  if (problem.empty()) {
+    // Each variable that differs, with its values and the ranks that hold them, as the MPI agreement says it.
+    for (std::size_t s = 0; s < settings; ++s) {
+      std::map<std::string, std::vector<int>> groups;
+      for (int r = 0; r < size; ++r) groups[hellos[static_cast<std::size_t>(r)][1 + s]].push_back(r);
+      if (groups.size() < 2) continue;
+      std::string text;
+      for (const auto& [value, ranks] : groups) {
+        text += fmt::format("{}{} on {} {}", text.empty() ? "" : "; ", value, ranks.size() == 1 ? "rank" : "ranks",
+                            rank_ranges(ranks));
+      }
+      problem += fmt::format("{}{} differs between ranks: {}", problem.empty() ? "" : "; ", kAgreedSettings[s], text);
+    }
+    if (!problem.empty()) problem += ". These settings must be the same on every rank of the job";
+  }
+  if (!problem.empty()) {
+    log().error("{}; no dump is coordinated between ranks in this job: each rank writes its own file", problem);
+    std::lock_guard lock(mutex_);
+    state_ = State::off;
+    return true;
+  }
+  const auto& first = hellos[0];
+  {
+    std::lock_guard lock(mutex_);
+    id_.run_name = first[1 + settings];
+    id_.job_id = first[2 + settings];
+    state_ = State::agreed;
+  }
+  recorder_.context().set_environment(capture_environment(id_, config_));
+  log().debug("{} ranks joined through the job's store; run {}", size, id_.run_name);
+  return true;
+}
+
+bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
+  // The agreement is the watcher's; a dump this early waits for it (the others are starting too), within its bound.
+  const auto left = std::chrono::nanoseconds(std::max<std::int64_t>(0, agree_deadline_ns_ - monotonic_ns()));
+  cv_.wait_for(lock, left + config_.poll_interval * 4, [&] { return state_ != State::agreeing || stop_; });
+  return state_ == State::agreed;
+}
+
+void StoreProtocol::end_on_sigterm() {
+  if (!exit_signal_ || !take_exit_signal()) return;
+  if (config_.dump_on_exit) {
+    DumpRequest request;
+    request.kind = DumpKind::exit;
+    request.reason = "SIGTERM";
+    (void)this->request(request);  // joins a dump under way, else asks every rank for an exit dump
+  }
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });  // a dump under way ends first
+  }
+  end_with_sigterm();
+}
+
+void StoreProtocol::watch() {
+  int failures = 0;
+  for (;;) {
+    end_on_sigterm();
+    {
+      std::unique_lock lock(mutex_);
+      // After a failure of the store, back off: a store that went away must not cost a core. Off (the ranks did
+      // not agree), only SIGTERM is still watched.
+      const auto pause = failures > 0 || state_ == State::off ? config_.poll_interval * 10 : config_.poll_interval;
+      cv_.wait_for(lock, pause, [&] { return stop_; });
+      if (stop_) return;
+      if (state_ == State::off) continue;
+    }
+    try {
+      State state;
+      {
+        std::lock_guard lock(mutex_);
+        state = state_;
+      }
+      if (state == State::agreeing) {
+        if (try_agree(agree_deadline_ns_)) cv_.notify_all();
+        failures = 0;
+        continue;
+      }
+      std::int64_t n = 0;
+      {
+        std::lock_guard lock(mutex_);
+        if (dumping_) continue;
+        n = next_dump_;
+      }
+      const auto text = store_->get(key(n, "cause"));
+      failures = 0;
+      if (!text) continue;
+      const std::int64_t start = monotonic_ns();
+      {
+        std::lock_guard lock(mutex_);
+        if (stop_ || dumping_ || next_dump_ != n) continue;  // a request of this rank took dump n meanwhile
+        dumping_ = true;
+      }
+      Cause cause;
+      if (const auto c = decode(*text)) {
+        cause = *c;
+      } else {
+        log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error", n);
+      }
+      FrozenHistory h = recorder_.freeze(-1);
+      DumpRequest request;
+      request.kind = cause.kind;
+      finish(run_dump(n, false, h, request, cause, start));
+      end_on_sigterm();
+    } catch (const std::exception& e) {
+      if (failures++ % 100 == 0) log().warn("the job's store: {}", e.what());
+    }
+  }
+}
+
+std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
+  std::unique_lock lock(mutex_);
+  if (!wait_agreed(lock) || stop_) return std::nullopt;
+  if (dumping_) {
+    // This rank's failure arrives during a dump already under way (its history is frozen in it): its words go to
+    // the log, where the job's own error follows.
+    if (!request.reason.empty()) log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
+    const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });
+    if (ended) return last_result_;
+    DumpResult r;
+    r.kind = request.kind;
+    r.error = "the dump under way did not end within 3 x OOMFLIGHT_DUMP_TIMEOUT";
+    return r;
+  }
+  dumping_ = true;
+  const std::int64_t n = next_dump_;
+  lock.unlock();
+
+  const std::int64_t start = monotonic_ns();
+  try {
+    // The root cause first, before any step that another rank or the store could hold up.
+    announce_dump(request, id_.rank, request.batch >= 0 ? request.batch : recorder_.batch());
+    std::int64_t order = 0;
+    try {
+      order = store_->add(key(n, "trigger"), 1);
+    } catch (const std::exception& e) {
+      log().error("cannot tell the other ranks through the job's store: {}", e.what());
+    }
+    FrozenHistory h = recorder_.freeze(request.device);
+    if (request.batch >= 0) h.batch = request.batch;
+    Cause cause{id_.rank,          request.kind,         h.batch, request.requested_bytes,
+                request.device_free_bytes, request.numbers_from_message, request.reason};
+    if (order == 1) {
+      try {
+        store_->set(key(n, "cause"), encode(cause));
+      } catch (const std::exception& e) {
+        log().error("cannot tell the other ranks through the job's store: {}", e.what());
+      }
+    } else if (order > 1) {
+      // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file).
+      if (const auto c = wait_for_cause(n, start + to_ns(config_.dump_timeout))) cause = *c;
+    }
+    DumpResult r = run_dump(n, true, h, request, cause, start);
+    finish(r);
+    return r;
+  } catch (const std::exception& e) {
+    DumpResult r;
+    r.kind = request.kind;
+    r.error = e.what();
+    log().error("dump failed: {}", e.what());
+    finish(r);
+    return r;
+  }
+}
+
+std::optional<StoreProtocol::Cause> StoreProtocol::wait_for_cause(std::int64_t n, std::int64_t deadline_ns) {
+  for (;;) {
+    try {
+      if (const auto text = store_->get(key(n, "cause"))) return decode(*text);
+    } catch (const std::exception& e) {
+      log().warn("the job's store: {}", e.what());
+      return std::nullopt;
+    }
+    if (monotonic_ns() >= deadline_ns) return std::nullopt;
+    sleep_for(kWaitPoll);
+  }
+}
+
+bool StoreProtocol::every_rank_answered(std::int64_t n) {
+  const int size = id_.world_size;
+  if (store_->add(key(n, "files"), 0) >= size) return true;
+  if (store_->add("left", 0) == 0) return false;
+  // Some rank left: a rank whose session ended before dump n will never answer it.
+  for (int r = 0; r < size; ++r) {
+    if (store_->get(key(n, fmt::format("file/{}", r)))) continue;
+    const auto left_at = store_->get(fmt::format("left/{}", r));
+    const auto reached = left_at ? to_int(*left_at) : std::nullopt;
+    if (reached && *reached <= n) continue;
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::string> StoreProtocol::files_of(std::int64_t n, std::vector<std::int32_t>* ranks) {
+  std::vector<std::string> files;
+  for (int r = 0; r < id_.world_size; ++r) {
+    if (auto path = store_->get(key(n, fmt::format("file/{}", r)))) {
+      files.push_back(std::move(*path));
+      ranks->push_back(r);
+    }
+  }
+  return files;
+}
+
+std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks) {
+  const std::vector<std::string> files = files_of(n, ranks);
+  try {
+    const std::string path = executor_.archive_path(kind, batch);
+    merge_archives(files, path);
+    return pack({"ok", path, fmt::format("{}", fmt::join(*ranks, ","))});
+  } catch (const std::exception& e) {
+    log().error("cannot merge the ranks' files into one archive: {}", e.what());
+    return pack({"failed", e.what()});
+  }
+}
+
+DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
+                                   const Cause& cause, std::int64_t start_ns) {
+  const int me = id_.rank;
+  const int size = id_.world_size;
+  const std::int64_t deadline = start_ns + to_ns(config_.dump_timeout);
+  std::vector<std::int32_t> origins = {cause.origin};
+  if (is_origin && cause.origin != me) origins.push_back(me);
+  std::sort(origins.begin(), origins.end());
+  DumpResult r;
+  r.kind = cause.kind;
+  r.origin_ranks.assign(origins.begin(), origins.end());
+  r.world_size = size;
+  r.batch = cause.batch;
+
+  // 1. This rank's history reaches disk before anything waits on another rank.
+  ArchiveHeader header = executor_.header(cause.kind, cause.batch,
+                                          is_origin ? fmt::format("rank {}: {}", me, request.reason) : "", origins,
+                                          {me});
+  header.dump_number = n;
+  std::string mine;
+  try {
+    mine = executor_.write_rank_local(header, executor_.rank_row(h, is_origin, request), h, cause.batch,
+                                      Durability::handed_to_kernel, &request.state);
+  } catch (const std::exception& e) {
+    log().error("cannot write this rank's history: {}", e.what());
+    r.error = e.what();
+  }
+
+  // 2. Say so, wait for the others (or the deadline), and let the lowest rank with a file merge them.
+  std::optional<std::vector<std::string>> merged;
+  std::vector<std::int32_t> merged_ranks;
+  try {
+    if (!mine.empty()) {
+      store_->set(key(n, fmt::format("file/{}", me)), mine);
+      store_->add(key(n, "files"), 1);
+    }
+    while (!every_rank_answered(n) && monotonic_ns() < deadline) sleep_for(kWaitPoll);
+    int lowest = -1;
+    for (int q = 0; q < me && lowest < 0; ++q) {
+      if (store_->get(key(n, fmt::format("file/{}", q)))) lowest = q;
+    }
+    if (lowest < 0 && !mine.empty() && store_->add(key(n, "claim"), 1) == 1) {
+      const std::string text = merge(n, cause.kind, cause.batch, &merged_ranks);
+      store_->set(key(n, "merged"), text);
+      merged = unpack(text);
+    } else {
+      // The merger writes it after its own wait: up to one more deadline.
+      const std::int64_t until = deadline + to_ns(config_.dump_timeout);
+      for (;;) {
+        if (const auto text = store_->get(key(n, "merged"))) {
+          merged = unpack(*text);
+          break;
+        }
+        if (monotonic_ns() >= until) break;
+        sleep_for(kWaitPoll);
+      }
+    }
+  } catch (const std::exception& e) {
+    r.error = fmt::format("the job's store failed during the dump: {}", e.what());
+    log().error("{}", r.error);
+  }
+
+  // 3. The archive, if this rank is in it; else this rank's own file is the result.
+  if (merged && merged->size() == 3 && (*merged)[0] == "ok") {
+    merged_ranks.clear();
+    for (std::size_t at = 0; at < (*merged)[2].size();) {
+      const std::size_t comma = std::min((*merged)[2].find(',', at), (*merged)[2].size());
+      if (const auto v = to_int((*merged)[2].substr(at, comma - at))) merged_ranks.push_back(static_cast<int>(*v));
+      at = comma + 1;
+    }
+  }
+  const bool in_archive = merged && merged->size() == 3 && (*merged)[0] == "ok" &&
+                          std::find(merged_ranks.begin(), merged_ranks.end(), me) != merged_ranks.end();
+  const std::string what = dump_summary(cause.kind, origins, cause.batch, cause.requested_bytes,
+                                        cause.device_free_bytes, cause.numbers_from_message);
+  const bool speaks = is_origin && me == origins.front();  // one line per dump, from its first origin
+  if (in_archive) {
+    r.status = DumpResult::Status::archive;
+    r.path = (*merged)[1];
+    r.ranks_written = static_cast<int>(merged_ranks.size());
+    if (!config_.keep_rank_files) {
+      std::error_code ec;
+      std::filesystem::remove(mine, ec);  // the archive holds it now, verified
+    }
+    // Who is not in it, and why: its session had ended before this dump, or it did not answer in time.
+    std::vector<int> missing, left;
+    for (int q = 0; q < size; ++q) {
+      if (std::find(merged_ranks.begin(), merged_ranks.end(), q) != merged_ranks.end()) continue;
+      std::optional<std::int64_t> reached;
+      try {
+        if (const auto text = store_->get(fmt::format("left/{}", q))) reached = to_int(*text);
+      } catch (const std::exception&) {
+      }
+      (reached && *reached <= n ? left : missing).push_back(q);
+    }
+    if (!left.empty()) {
+      r.error = fmt::format("{} {} had ended {} session before this dump", left.size() == 1 ? "rank" : "ranks",
+                            rank_ranges(left), left.size() == 1 ? "its" : "their");
+    }
+    if (!missing.empty()) {
+      r.error += fmt::format("{}{} {} did not write a history within {} (OOMFLIGHT_DUMP_TIMEOUT)",
+                             r.error.empty() ? "" : "; ", missing.size() == 1 ? "rank" : "ranks",
+                             rank_ranges(missing),
+                             format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
+    }
+    r.seconds = seconds_since(start_ns);
+    if (speaks) {
+      log().info("{}; archive {} written in {} ({} of {} ranks{}{})", what, r.path, format_seconds(r.seconds),
+                 r.ranks_written, size, r.error.empty() ? "" : "; ", r.error);
+    }
+    if (!merged_ranks.empty() && merged_ranks.front() == me) {
+      prune_archives(r.path, id_.run_name, id_.job_id, config_);
+    }
+    return r;
+  }
+  if (r.error.empty()) {
+    r.error = !merged                  ? "no rank merged the histories into one archive in time"
+              : (*merged)[0] == "ok"   ? "this rank's history came too late for the archive " + (*merged)[1]
+                                       : "the merge into one archive failed: " + (merged->size() > 1 ? (*merged)[1] : "");
+  }
+  r.seconds = seconds_since(start_ns);
+  if (mine.empty()) {
+    r.status = DumpResult::Status::failed;
+    log().error("{}; no file written: {}", what, r.error);
+    return r;
+  }
+  try {
+    sync_file(mine);  // the safety copy is the result now: as durable as an archive
+  } catch (const std::exception& e) {
+    log().error("{}", e.what());
+  }
+  r.status = DumpResult::Status::rank_local;
+  r.path = mine;
+  r.ranks_written = 1;
+  log().warn("{}; {}; this rank's history is in the rank-local file {}", what, r.error, r.path);
+  return r;
+}
+
+void StoreProtocol::finish(DumpResult result) {
+  {
+    std::lock_guard lock(mutex_);
+    last_result_ = std::move(result);
+    dumping_ = false;
+    ++next_dump_;
+  }
+  cv_.notify_all();
+}
+
+void StoreProtocol::shutdown() {
+  std::int64_t reached = 0;
+  bool agreed = false;
+  {
+    std::unique_lock lock(mutex_);
+    if (left_) return;
+    left_ = true;
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });  // the dump under way ends first
+    stop_ = true;
+    reached = next_dump_;
+    agreed = state_ != State::off;
+  }
+  cv_.notify_all();
+  if (exit_signal_) uninstall_exit_signal();
+  if (watcher_.joinable()) {
+    if (watcher_.get_id() == std::this_thread::get_id()) {
+      watcher_.detach();
+    } else {
+      watcher_.join();
+    }
+  }
+  if (!agreed) return;
+  try {
+    store_->set(fmt::format("left/{}", id_.rank), std::to_string(reached));
+    store_->add("left", 1);
+  } catch (const std::exception& e) {
+    log().debug("cannot tell the job's store that this rank left: {}", e.what());
+  }
+}
+
+}  // namespace oomflight

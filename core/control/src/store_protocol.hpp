@@ -1,0 +1,105 @@
+// The coordinated dump of a job that no MPI launcher started (torchrun, the trainers' own launchers), over a
+// key-value store every rank reaches: the job's c10d store, handed over by the PyTorch plugin (store_client.hpp).
+// docs/protocol.md, "Jobs without MPI", says what each key means and why; in short:
+//
+//   hello/R          rank R's settings that must agree, and (rank 0's) the run name and job id everyone adopts
+//   hellos           counter of those: the hellos are read once every rank has written its own
+//   dN/trigger       counter: origins of dump N (the first one, which gets 1, writes the cause)
+//   dN/cause         the first origin's rank, kind, batch, figures and reason: every rank's file of dump N says so
+//   dN/file/R        rank R's rank-local file of dump N (written before anything waits on another rank)
+//   dN/files         counter of those files
+//   dN/claim         counter: the lowest rank with a file that gets 1 merges the files into the archive
+//   dN/merged        "ok", the archive's path and the ranks in it; or "failed" and why
+//   left, left/R     ranks whose session ended (R: the dump number it had reached): nobody waits for them
+//
+// No collective: every step is a round trip to the store, polled until OOMFLIGHT_DUMP_TIMEOUT. A rank's history
+// reaches disk (its rank-local file) before it waits for anyone; the archive is a merge of those files, so a rank
+// that stalls or dies costs the others the deadline and its place in the archive, never their histories.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dump_executor.hpp"
+#include "oomflight/control/config.hpp"
+#include "oomflight/control/dump_request.hpp"
+#include "oomflight/control/rank_identity.hpp"
+#include "oomflight/control/store_client.hpp"
+#include "oomflight/record/recorder.hpp"
+
+namespace oomflight {
+
+class StoreProtocol {
+ public:
+  /// `identity` already holds this rank's rank, world size and local rank; its run name and job id are replaced by
+  /// rank 0's once the ranks agree (on the watcher thread, before any dump reads them). Publishes this rank's hello
+  /// and starts the watcher; never waits for another rank. All references must outlive the protocol.
+  StoreProtocol(const Config& config, RankIdentity& identity, Recorder& recorder, DumpExecutor& executor,
+                std::unique_ptr<StoreClient> store);
+  ~StoreProtocol();
+  StoreProtocol(const StoreProtocol&) = delete;
+  StoreProtocol& operator=(const StoreProtocol&) = delete;
+
+  /// A dump that this rank asks for: freezes its history, makes every rank dump, returns once the archive has its
+  /// name, this rank's rank-local file is the result, or 3 x OOMFLIGHT_DUMP_TIMEOUT has passed. A request while a
+  /// dump is under way joins it (returns its result). nullopt when the ranks never agreed at start (the caller
+  /// dumps this rank alone). Thread-safe; never throws.
+  std::optional<DumpResult> request(const DumpRequest& request);
+
+  /// Tells the other ranks that this one left (so that no dump waits for it) and stops the watcher, after the
+  /// dump under way if any (bounded by 3 x OOMFLIGHT_DUMP_TIMEOUT). Idempotent; never throws.
+  void shutdown();
+
+ private:
+  enum class State { agreeing, agreed, off };
+  struct Cause {
+    int origin = 0;
+    DumpKind kind = DumpKind::oom;
+    std::int64_t batch = -1;
+    std::uint64_t requested_bytes = 0;
+    std::uint64_t device_free_bytes = 0;
+    std::uint32_t numbers_from_message = 0;
+    std::string reason;
+  };
+
+  void watch();
+  void end_on_sigterm();  // SIGTERM arrived: after the dump under way (or an exit dump), end as SIGTERM would
+  bool try_agree(std::int64_t deadline_ns);  // false while hellos are missing before the deadline
+  bool wait_agreed(std::unique_lock<std::mutex>& lock);
+  DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
+                      const Cause& cause, std::int64_t start_ns);
+  void finish(DumpResult result);
+  std::string key(std::int64_t n, const std::string& what) const;
+  static std::string encode(const Cause& c);
+  static std::optional<Cause> decode(const std::string& text);
+  std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
+  std::vector<std::string> files_of(std::int64_t n, std::vector<std::int32_t>* ranks);
+  bool every_rank_answered(std::int64_t n);
+  std::string merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks);
+
+  const Config& config_;
+  RankIdentity& id_;
+  Recorder& recorder_;
+  DumpExecutor& executor_;
+  std::unique_ptr<StoreClient> store_;
+  std::int64_t agree_deadline_ns_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  State state_ = State::agreeing;
+  bool stop_ = false;
+  bool dumping_ = false;          // a dump is under way (dump number next_dump_)
+  std::int64_t next_dump_ = 0;    // the number of the next dump; every rank counts alike
+  DumpResult last_result_;
+  bool left_ = false;
+  bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
+  std::thread watcher_;
+};
+
+}  // namespace oomflight

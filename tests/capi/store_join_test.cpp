@@ -1,0 +1,237 @@
+// oomflight_join_store: ranks that no MPI launcher started, joined through a store every rank reaches (the
+// PyTorch package hands over the job's c10d store; python/tests/test_torch_run.py runs real torchrun jobs). Here the
+// ranks are forked processes and the store is a folder of files (a set is a rename, an add a read-modify-write
+// under flock): the protocol's rules (one archive of every rank, a rank that left is not waited for, the settings
+// that must agree) checked without torch, in seconds.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "oomflight/format/archive_reader.hpp"
+#include "oomflight/oomflight.h"
+#include "test_support.hpp"
+
+namespace oomflight {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A store in a folder: one file per key ('/' in a key becomes '%').
+struct FolderStore {
+  fs::path dir;
+  fs::path file(const char* key) const {
+    std::string name = key;
+    for (char& c : name) c = c == '/' ? '%' : c;
+    return dir / name;
+  }
+  static int set(void* user, const char* key, const void* value, size_t size) {
+    const auto& s = *static_cast<FolderStore*>(user);
+    const fs::path tmp = s.file(key).string() + ".tmp" + std::to_string(getpid());
+    std::ofstream(tmp, std::ios::binary).write(static_cast<const char*>(value), static_cast<std::streamsize>(size));
+    fs::rename(tmp, s.file(key));
+    return 0;
+  }
+  static int get(void* user, const char* key, void* buffer, size_t capacity, size_t* size) {
+    std::ifstream in(static_cast<FolderStore*>(user)->file(key), std::ios::binary);
+    if (!in) return 0;
+    const std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    *size = value.size();
+    std::memcpy(buffer, value.data(), std::min(capacity, value.size()));
+    return 1;
+  }
+  static int add(void* user, const char* key, int64_t delta, int64_t* value) {
+    const auto& s = *static_cast<FolderStore*>(user);
+    const int lock = open((s.dir / "lock").c_str(), O_CREAT | O_RDWR, 0600);
+    flock(lock, LOCK_EX);
+    int64_t v = 0;
+    std::ifstream(s.file(key)) >> v;
+    v += delta;
+    const std::string text = std::to_string(v);
+    set(user, key, text.data(), text.size());
+    close(lock);
+    *value = v;
+    return 0;
+  }
+};
+
+class StoreJoin : public ::testing::Test {
+ protected:
+  // Forks `world` ranks; each sets `env` (plus its own), starts oomflight, joins, records 100 events of its own and
+  // runs `body(rank)`; its stderr goes to rank<R>.log. Returns the exit statuses.
+  std::vector<int> run_ranks(int world, const std::function<void(int)>& body,
+                             const std::function<void(int)>& before_init = {}) {
+    fs::create_directories(store_dir());
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < world; ++rank) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        std::freopen(log_path(rank).c_str(), "w", stderr);
+        setenv("OOMFLIGHT_FOLDER", (dir_.path() / "out").c_str(), 1);
+        setenv("OOMFLIGHT_DUMP_TIMEOUT", "60s", 1);
+        if (before_init) before_init(rank);
+        if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
+        static FolderStore folder;
+        folder.dir = store_dir();
+        oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get,
+                              &FolderStore::add, nullptr};
+        if (oomflight_join_store(&store, rank, world, rank) != OOMFLIGHT_OK) _exit(91);
+        for (int i = 0; i < 100; ++i) {
+          oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000000ull * (rank + 1) + 512ull * i, 512, 0, -1);
+        }
+        body(rank);
+        std::fflush(stderr);
+        _exit(oomflight_shutdown() == OOMFLIGHT_OK ? 0 : 92);
+      }
+      pids.push_back(pid);
+    }
+    std::vector<int> statuses;
+    for (pid_t pid : pids) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      statuses.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    return statuses;
+  }
+  fs::path store_dir() const { return dir_.path() / "store"; }
+  std::string log_path(int rank) const { return (dir_.path() / ("rank" + std::to_string(rank) + ".log")).string(); }
+  std::string log(int rank) const {
+    std::ifstream in(log_path(rank));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  // Waits (bounded) for a file of the store: what a rank's body waits on to act after another rank.
+  static bool wait_for(const fs::path& path) {
+    for (int i = 0; i < 6000 && !fs::exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return fs::exists(path);
+  }
+  // The one file the dump left (no rank-local file beside it), read.
+  Archive the_only_file(int rank_with_the_log) const {
+    const auto files = test::files_with_suffix(dir_.path() / "out", ".h5");
+    EXPECT_EQ(files.size(), 1u) << log(rank_with_the_log);
+    if (files.size() != 1) throw std::runtime_error("not one file");
+    return read_archive(files[0].string());
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(StoreJoin, ArgumentsAreCheckedAndAProcessWithoutASessionCannotJoin) {
+  FolderStore folder{store_dir()};
+  oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get, &FolderStore::add,
+                        nullptr};
+  EXPECT_EQ(oomflight_join_store(&store, 0, 2, 0), OOMFLIGHT_ESTATE);
+  EXPECT_NE(std::string(oomflight_last_error()).find("oomflight_init was not called"), std::string::npos);
+  EXPECT_EQ(oomflight_join_store(nullptr, 0, 2, 0), OOMFLIGHT_EINVAL);
+  EXPECT_EQ(oomflight_join_store(&store, 2, 2, 0), OOMFLIGHT_EINVAL);
+  EXPECT_NE(std::string(oomflight_last_error()).find("rank 2 and local rank 0 of world size 2"), std::string::npos)
+      << oomflight_last_error();
+  oomflight_store small = store;
+  small.struct_size = 8;
+  EXPECT_EQ(oomflight_join_store(&small, 0, 2, 0), OOMFLIGHT_EINVAL);
+  oomflight_store no_add = store;
+  no_add.add = nullptr;
+  EXPECT_EQ(oomflight_join_store(&no_add, 0, 2, 0), OOMFLIGHT_EINVAL);
+}
+
+// Rank 1 of 3 runs out of memory: every rank's history is in one archive (origin 1, its reason), nothing else is left.
+TEST_F(StoreJoin, AnOomOnOneRankGivesOneArchiveOfEveryRank) {
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(3, [&](int rank) {
+    if (rank == 1) {
+      oomflight_trigger_oom(0, "CUDA out of memory. Tried to allocate 2.00 GiB", 2ull << 30, 1ull << 20);
+      std::ofstream(done) << oomflight_last_dump_path();
+    } else {
+      wait_for(done);
+    }
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.world_size, 3);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(a.header.reason, "rank 1: CUDA out of memory. Tried to allocate 2.00 GiB");
+  ASSERT_EQ(a.ranks.size(), 3u);
+  for (const RankRow& row : a.ranks) {
+    const auto events = a.events_of(row);
+    std::size_t mine = 0;
+    for (const Event& e : events) mine += e.size == 512 && e.addr / 0x1000000ull == row.rank + 1u ? 1 : 0;
+    EXPECT_EQ(mine, 100u) << "rank " << row.rank;
+  }
+  EXPECT_NE(log(1).find("archive " + a.path + " written"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("(3 of 3 ranks)"), std::string::npos) << log(1);
+}
+
+// A rank whose session ended before the dump is not waited for (the deadline is 60 s): the archive names it.
+TEST_F(StoreJoin, ARankThatLeftIsNotWaitedFor) {
+  const fs::path left = store_dir() / "left%2";
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(3, [&](int rank) {
+    if (rank == 2) return;  // ends its session at once
+    if (rank == 1) {
+      wait_for(left);
+      oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+      std::ofstream(done) << "x";
+    } else {
+      wait_for(done);
+    }
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_NE(log(1).find("(2 of 3 ranks; rank 2 had ended its session before this dump)"), std::string::npos)
+      << log(1);
+}
+
+// The settings that decide collectives must agree: every rank says which differ, and dumps alone.
+TEST_F(StoreJoin, SettingsThatDifferAreNamedOnEveryRank) {
+  const auto statuses = run_ranks(
+      2, [&](int) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
+      [](int rank) {
+        if (rank == 1) setenv("OOMFLIGHT_SKIP_BATCHES", "2", 1);
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(log(rank).find("OOMFLIGHT_SKIP_BATCHES differs between ranks: 2 on rank 1; unset on rank 0. These "
+                             "settings must be the same on every rank of the job; no dump is coordinated"),
+              std::string::npos)
+        << log(rank);
+  }
+}
+
+// A joined rank holds SIGTERM until a dump under way is written (torchrun stops every worker when one dies); a process
+// it forks (a DataLoader worker) has no watcher to act on that, so it gets SIGTERM's default action back.
+TEST_F(StoreJoin, SigtermIsHeldInTheRankAndDefaultInItsForkedChildren) {
+  const auto statuses = run_ranks(2, [&](int rank) {
+    struct sigaction mine {};
+    sigaction(SIGTERM, nullptr, &mine);
+    if (mine.sa_handler == SIG_DFL) _exit(80 + rank);  // the rank holds it
+    const pid_t child = fork();
+    if (child == 0) {
+      struct sigaction theirs {};
+      sigaction(SIGTERM, nullptr, &theirs);
+      _exit(theirs.sa_handler == SIG_DFL ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(85 + rank);
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+}
+
+}  // namespace
+}  // namespace oomflight
