@@ -59,7 +59,7 @@ JOB = textwrap.dedent("""
         time.sleep(0.2)
 """)
 
-WRITTEN = re.compile(r"archive \S+ written in ([\d.]+) s")
+WRITTEN = re.compile(r"archive \S+ written (?:by \d+ of \d+ ranks )?in ([\d.]+) s")
 
 
 def one(args, mode, ranks):
@@ -89,7 +89,10 @@ def one(args, mode, ranks):
             origin = int(f.attrs["origin_ranks"][0])
             freeze = {int(r["rank"]): int(r["freeze_t_ns"]) for r in rows}
         lag_ms = max(freeze[r] - freeze[origin] for r in freeze) / 1e6
-        whole = float(WRITTEN.search(log).group(1))
+        written = WRITTEN.search(log)
+        if not written:
+            sys.exit(f"{mode} at {ranks} ranks: no \"written in\" line\n{log[-4000:]}")
+        whole = float(written.group(1))
         return lag_ms, whole
 
 
@@ -101,6 +104,7 @@ def main():
     ap.add_argument("--events", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
     print(f"| ranks | events a rank | MPI: trigger to last freeze | store: trigger to last freeze | MPI: whole dump "
           f"| store: whole dump |")
     print("|---|---|---|---|---|---|")

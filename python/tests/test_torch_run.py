@@ -8,6 +8,8 @@ events of its own; the archive must hold each rank's, whole.
 - a worker SIGKILLed as the dump begins -> the others' histories in one archive that names the missing rank, and
   the job ends within the deadline;
 - an elastic restart (--max-restarts 1): each round's dump is its own, and its archive names its round;
+- the same job under mpirun and under torchrun: reports that differ only in the run, times, the paths, the command
+  line and the restart round;
 - Lightning's own launcher (Trainer(devices=2), no torchrun, no mpirun) with the callback: rank 1's OOM in its
   training_step gives one archive of both ranks.
 """
@@ -159,6 +161,54 @@ class Torchrun(unittest.TestCase):
             rounds.append(re.search(r"oomflight\.restart_round=(\d+)", report.stdout).group(1))
             self.assertIn(f"(round {rounds[-1]})", a["attrs"]["reason"])
         self.assertEqual(sorted(rounds), ["0", "1"])
+
+    def test_the_same_job_under_mpirun_and_torchrun_gives_the_same_report(self):
+        cwd = scratch()
+        (cwd / "same.py").write_text(SAME_JOB)
+        reports = {}
+        for launcher, args in (("mpirun", ["mpirun", "-np", "4", "--oversubscribe", "-x", "PYTHONPATH", "-x",
+                                           "OOMFLIGHT_LIBRARY", "-x", "OOMFLIGHT_FOLDER", CLI, "run", "--", PY,
+                                           "same.py"]),
+                               ("torchrun", [CLI, "run", "--", *torchrun_args("same.py")])):
+            out = cwd / launcher
+            result = run(args, cwd, child_env(OOMFLIGHT_FOLDER=str(out)), timeout=300)
+            log = result.stdout + result.stderr
+            self.assertNotEqual(result.returncode, 0, log)
+            files = sorted(out.iterdir())
+            self.assertEqual([p.name for p in files], ["oom.4.h5"], log)
+            report = run([CLI, "report", str(files[0])], cwd, child_env())
+            self.assertEqual(report.returncode, 0, report.stderr)
+            text = report.stdout.replace(str(files[0]), "ARCHIVE")
+            text = re.sub(r"run oomflight-\d{8}-\d{6}-[0-9a-f]{4}, kind oom, written \S+", "run RUN, written TIME", text)
+            text = re.sub(r"ran on (\S+): .*", r"ran on \1: COMMAND", text)
+            text = text.replace("metadata: oomflight.restart_round=0, ", "metadata: ")  # torchrun's round
+            reports[launcher] = text
+        self.assertIn("ranks present 0,1,2,3 (4 of 4)", reports["mpirun"])
+        self.assertIn("rank 2 at batch 4", reports["mpirun"])
+        self.assertEqual(reports["torchrun"], reports["mpirun"])
+
+
+# One job for both launchers: under mpirun, torch.distributed's env:// variables from Open MPI's.
+SAME_JOB = textwrap.dedent("""
+    import os
+    if "OMPI_COMM_WORLD_RANK" in os.environ:
+        os.environ.update(RANK=os.environ["OMPI_COMM_WORLD_RANK"], WORLD_SIZE=os.environ["OMPI_COMM_WORLD_SIZE"],
+                          LOCAL_RANK=os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT="29571")
+    import torch, torch.distributed as dist, oomflight
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    oomflight.annotate(lr="0.1")
+    for i in range(200):
+        oomflight.record("alloc", 0, 0x10000000 * (rank + 1) + i * 512, 512)
+        if i % 50 == 49:
+            oomflight.mark_batch(i // 50 + 1)
+    dist.barrier()
+    if rank == 2:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                     "79.10 GiB of which 1.50 GiB is free.")
+    dist.barrier()
+""")
 
 
 LIGHTNING = textwrap.dedent("""

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "dump_signal.hpp"
+#include "dump_timeline.hpp"
 #include "environment.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
@@ -367,6 +368,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   const int me = id_.rank;
   const int size = id_.world_size;
   const std::int64_t deadline = start_ns + to_ns(config_.dump_timeout);
+  DumpTimeline timeline;  // from the freeze's end: the steps below, logged at debug level as the MPI path's are
   std::vector<std::int32_t> origins = {cause.origin};
   if (is_origin && cause.origin != me) origins.push_back(me);
   std::sort(origins.begin(), origins.end());
@@ -389,6 +391,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
     log().error("cannot write this rank's history: {}", e.what());
     r.error = e.what();
   }
+  timeline.mark("rank file");
 
   // 2. Say so, wait for the others (or the deadline), and let the lowest rank with a file merge them.
   std::optional<std::vector<std::string>> merged;
@@ -399,6 +402,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       store_->add(key(n, "files"), 1);
     }
     while (!every_rank_answered(n) && monotonic_ns() < deadline) sleep_for(kWaitPoll);
+    timeline.mark("every rank's file");
     int lowest = -1;
     for (int q = 0; q < me && lowest < 0; ++q) {
       if (store_->get(key(n, fmt::format("file/{}", q)))) lowest = q;
@@ -407,6 +411,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       const std::string text = merge(n, cause.kind, cause.batch, &merged_ranks);
       store_->set(key(n, "merged"), text);
       merged = unpack(text);
+      timeline.mark("merge");
     } else {
       // The merger writes it after its own wait: up to one more deadline.
       const std::int64_t until = deadline + to_ns(config_.dump_timeout);
@@ -418,11 +423,15 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
         if (monotonic_ns() >= until) break;
         sleep_for(kWaitPoll);
       }
+      timeline.mark("the merge");
     }
   } catch (const std::exception& e) {
     r.error = fmt::format("the job's store failed during the dump: {}", e.what());
     log().error("{}", r.error);
   }
+
+  log().debug("dump phases on rank {} of {} from {} ns (wall/CPU ms): {}", me, size, timeline.start_ns(),
+              timeline.text());
 
   // 3. The archive, if this rank is in it; else this rank's own file is the result.
   if (merged && merged->size() == 3 && (*merged)[0] == "ok") {
@@ -469,8 +478,8 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
     }
     r.seconds = seconds_since(start_ns);
     if (speaks) {
-      log().info("{}; archive {} written in {} ({} of {} ranks{}{})", what, r.path, format_seconds(r.seconds),
-                 r.ranks_written, size, r.error.empty() ? "" : "; ", r.error);
+      log().info("{}; archive {} written by {} of {} ranks in {}{}{}", what, r.path, r.ranks_written, size,
+                 format_seconds(r.seconds), r.error.empty() ? "" : ": ", r.error);
     }
     if (!merged_ranks.empty() && merged_ranks.front() == me) {
       prune_archives(r.path, id_.run_name, id_.job_id, config_);
