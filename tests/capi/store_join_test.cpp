@@ -212,6 +212,31 @@ TEST_F(StoreJoin, SettingsThatDifferAreNamedOnEveryRank) {
   }
 }
 
+// SIGUSR1 to one rank: a signal dump of every rank into one archive, and the job goes on.
+TEST_F(StoreJoin, SigusrOneToOneRankDumpsEveryRankAndTheJobGoesOn) {
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(2, [&](int rank) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past the agreement at start
+      kill(getpid(), SIGUSR1);
+      for (int i = 0; i < 6000 && test::files_with_suffix(dir_.path() / "out", ".h5").empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the rank-local files removed after the rename
+      oomflight_record(OOMFLIGHT_ALLOC, 0, 1, 1, 0, -1);  // still recording
+      std::ofstream(done) << "x";
+    } else {
+      wait_for(done);
+    }
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.kind, "signal");
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(a.header.reason, "rank 1: SIGUSR1 received");
+}
+
 // A joined rank holds SIGTERM until a dump under way is written (torchrun stops every worker when one dies); a process
 // it forks (a DataLoader worker) has no watcher to act on that, so it gets SIGTERM's default action back.
 TEST_F(StoreJoin, SigtermIsHeldInTheRankAndDefaultInItsForkedChildren) {

@@ -8,6 +8,10 @@
 #include <atomic>
 #include <mutex>
 
+#include "oomflight/base/log.hpp"
+#include "oomflight/base/units.hpp"
+#include "oomflight/record/clock.hpp"
+
 namespace oomflight {
 namespace {
 
@@ -86,6 +90,26 @@ void end_with_sigterm() {
   sigemptyset(&restore.sa_mask);
   sigaction(SIGTERM, &restore, nullptr);
   kill(getpid(), SIGTERM);
+}
+
+bool SignalDumpLimiter::allow(std::chrono::milliseconds interval) {
+  const std::int64_t now = monotonic_ns();
+  const std::int64_t interval_ns = static_cast<std::int64_t>(interval.count()) * 1'000'000;
+  if (last_ns_ != 0 && now - last_ns_ < interval_ns) {
+    if (skipped_++ == 0) {
+      log().warn("SIGUSR1 {} after the last signal dump: skipped (OOMFLIGHT_SIGNAL_DUMP_INTERVAL={}); further "
+                 "ones within it are skipped without a word",
+                 format_seconds(static_cast<double>(now - last_ns_) / 1e9),
+                 format_seconds(static_cast<double>(interval.count()) / 1e3));
+    }
+    return false;
+  }
+  if (skipped_ > 0) {
+    log().info("{} SIGUSR1 skipped since the last signal dump", skipped_);
+    skipped_ = 0;
+  }
+  last_ns_ = now;
+  return true;
 }
 
 }  // namespace oomflight

@@ -8,7 +8,22 @@
 // installs later replaces it.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+
 namespace oomflight {
+
+/// A burst of SIGUSR1 (a script in a loop, a pkill per node) is one dump, not one archive per signal: allow() says
+/// whether a signal that arrives now may start a dump (none within `interval` of the last one allowed; 0: all), and
+/// logs the first one it skips and, at the next allowed one, how many it skipped. One caller at a time (a watcher).
+class SignalDumpLimiter {
+ public:
+  bool allow(std::chrono::milliseconds interval);
+
+ private:
+  std::int64_t last_ns_ = 0;
+  int skipped_ = 0;
+};
 
 /// Installs the handler when SIGUSR1 is at its default action. Returns whether it did. Call once per session.
 bool install_dump_signal();

@@ -81,6 +81,7 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, Recor
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
   exit_signal_ = install_exit_signal();
+  dump_signal_ = install_dump_signal();  // SIGUSR1 to any rank: every rank's history, and the job goes on
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -201,6 +202,23 @@ void StoreProtocol::end_on_sigterm() {
   end_with_sigterm();
 }
 
+void StoreProtocol::dump_on_sigusr1() {
+  if (!dump_signal_ || !take_dump_signal()) return;
+  if (!signal_limiter_.allow(config_.signal_dump_interval)) return;
+  DumpRequest request;
+  request.kind = DumpKind::signal;
+  request.reason = "SIGUSR1 received";
+  // From this thread: it answers no other dump meanwhile, and none is under way (it would be answering it).
+  if (!this->request(request)) {
+    log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
+  }
+}
+
+bool StoreProtocol::state_off() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::off;
+}
+
 void StoreProtocol::watch() {
   int failures = 0;
   for (;;) {
@@ -212,7 +230,10 @@ void StoreProtocol::watch() {
       const auto pause = failures > 0 || state_ == State::off ? config_.poll_interval * 10 : config_.poll_interval;
       cv_.wait_for(lock, pause, [&] { return stop_; });
       if (stop_) return;
-      if (state_ == State::off) continue;
+    }
+    if (state_off()) {
+      dump_on_sigusr1();  // says that it cannot
+      continue;
     }
     try {
       State state;
@@ -225,6 +246,7 @@ void StoreProtocol::watch() {
         failures = 0;
         continue;
       }
+      dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
       std::int64_t n = 0;
       {
         std::lock_guard lock(mutex_);
@@ -533,6 +555,7 @@ void StoreProtocol::shutdown() {
   }
   cv_.notify_all();
   if (exit_signal_) uninstall_exit_signal();
+  if (dump_signal_) uninstall_dump_signal();
   if (watcher_.joinable()) {
     if (watcher_.get_id() == std::this_thread::get_id()) {
       watcher_.detach();

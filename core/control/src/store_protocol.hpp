@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "dump_executor.hpp"
+#include "dump_signal.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
 #include "oomflight/control/rank_identity.hpp"
@@ -70,6 +71,8 @@ class StoreProtocol {
 
   void watch();
   void end_on_sigterm();  // SIGTERM arrived: after the dump under way (or an exit dump), end as SIGTERM would
+  void dump_on_sigusr1();
+  bool state_off();  // SIGUSR1 arrived: a signal dump of every rank (at most one per signal_dump_interval)
   bool try_agree(std::int64_t deadline_ns);  // false while hellos are missing before the deadline
   bool wait_agreed(std::unique_lock<std::mutex>& lock);
   DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
@@ -99,6 +102,8 @@ class StoreProtocol {
   DumpResult last_result_;
   bool left_ = false;
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
+  bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
+  SignalDumpLimiter signal_limiter_;  // the watcher's
   std::thread watcher_;
 };
 

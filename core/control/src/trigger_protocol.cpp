@@ -316,24 +316,7 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
 void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
   // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
   if (pending_ || active_) return;
-  if (kind == DumpKind::signal) {
-    // A burst of SIGUSR1 (a script in a loop, a pkill per node) is one dump, not one archive per signal.
-    const std::int64_t now = monotonic_ns();
-    if (last_signal_dump_ns_ != 0 && now - last_signal_dump_ns_ < to_ns(config_.signal_dump_interval)) {
-      if (skipped_signal_dumps_++ == 0) {
-        log().warn("SIGUSR1 {} after the last signal dump: skipped (OOMFLIGHT_SIGNAL_DUMP_INTERVAL={}); further "
-                   "ones within it are skipped without a word",
-                   format_seconds(static_cast<double>(now - last_signal_dump_ns_) / 1e9),
-                   format_seconds(static_cast<double>(config_.signal_dump_interval.count()) / 1e3));
-      }
-      return;
-    }
-    if (skipped_signal_dumps_ > 0) {
-      log().info("{} SIGUSR1 skipped since the last signal dump", skipped_signal_dumps_);
-      skipped_signal_dumps_ = 0;
-    }
-    last_signal_dump_ns_ = now;
-  }
+  if (kind == DumpKind::signal && !signal_limiter_.allow(config_.signal_dump_interval)) return;
   DumpRequest request;
   request.kind = kind;
   request.reason = reason;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "dump_executor.hpp"
+#include "dump_signal.hpp"
 #include "dump_timeline.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
@@ -149,8 +150,7 @@ class TriggerProtocol {
   // request joins that dump (0: none waits). A request that comes after that dump finished is answered with its
   // result, not a second dump of the same failure.
   std::uint64_t unclaimed_oom_events_ = 0;
-  std::int64_t last_signal_dump_ns_ = 0;     // when the last SIGUSR1 dump was queued (monotonic; watcher only)
-  std::uint64_t skipped_signal_dumps_ = 0;   // SIGUSR1 skipped since (OOMFLIGHT_SIGNAL_DUMP_INTERVAL)
+  SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
   std::condition_variable late_request_cv_;
   DumpResult last_result_;
   std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
