@@ -237,6 +237,38 @@ TEST_F(StoreJoin, SigusrOneToOneRankDumpsEveryRankAndTheJobGoesOn) {
   EXPECT_EQ(a.header.reason, "rank 1: SIGUSR1 received");
 }
 
+// A snapshot schedule (skip 1 batch, record 2): every rank writes its window and goes on; the rank that completes
+// the window merges the files into one snapshot archive of every rank, and no rank-local file is left.
+TEST_F(StoreJoin, ASnapshotWindowIsOneArchiveOfEveryRank) {
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(
+      3,
+      [&](int rank) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past the agreement at start
+        for (int batch = 1; batch <= 4; ++batch) {
+          oomflight_mark_batch(batch);
+          oomflight_record(OOMFLIGHT_ALLOC, 0, 0x9000000ull * (rank + 1) + batch, 64, 0, -1);
+        }
+      },
+      [](int) {
+        setenv("OOMFLIGHT_SKIP_BATCHES", "1", 1);
+        setenv("OOMFLIGHT_INTERVAL", "2ba", 1);
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
+  const Archive a = the_only_file(0);
+  EXPECT_EQ(a.header.kind, "snapshot");
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_EQ(a.header.window_first_batch, 1);
+  EXPECT_EQ(a.header.window_last_batch, 2);
+  for (const RankRow& row : a.ranks) {
+    std::vector<std::int64_t> batches;  // this rank's own events of the window: batches 1 and 2, not 3 or 4
+    for (const Event& e : a.events_of(row)) {
+      if (e.size == 64) batches.push_back(e.batch);
+    }
+    EXPECT_EQ(batches, (std::vector<std::int64_t>{1, 2})) << "rank " << row.rank;
+  }
+}
+
 // A joined rank holds SIGTERM until a dump under way is written (torchrun stops every worker when one dies); a process
 // it forks (a DataLoader worker) has no watcher to act on that, so it gets SIGTERM's default action back.
 TEST_F(StoreJoin, SigtermIsHeldInTheRankAndDefaultInItsForkedChildren) {

@@ -129,8 +129,12 @@ std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const Ra
                                            std::int64_t batch, Durability durability,
                                            const AllocatorStateRows* state) const {
   const auto kind = dump_kind_from_name(header.kind).value_or(DumpKind::oom);
+  return write_rank_local(header, dump_of(row, h, state), kind, batch, durability);
+}
+
+std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankDump& dump, DumpKind kind,
+                                           std::int64_t batch, Durability durability) const {
   const TemplateValues values = template_values(kind, batch);
-  const RankDump dump = dump_of(row, h, state);
   std::string first_error;
   try {
     const std::string path = prepare_path(config_.folder, config_.rank_filename, values);

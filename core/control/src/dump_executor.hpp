@@ -60,6 +60,11 @@ class DumpExecutor {
                                std::int64_t batch, Durability durability = Durability::verified,
                                const AllocatorStateRows* state = nullptr) const;
 
+  /// As above, for rows already chosen (a snapshot's window): `dump` is written as it is, named after `kind` and
+  /// `batch`.
+  std::string write_rank_local(const ArchiveHeader& header, const RankDump& dump, DumpKind kind, std::int64_t batch,
+                               Durability durability) const;
+
   /// The archive of a job of one rank, written with POSIX I/O under OOMFLIGHT_FILENAME; when that fails, the
   /// rank-local file (with its fallback folder). Never throws: the outcome is in the result (status archive,
   /// rank_local or failed, with the error).

@@ -181,12 +181,22 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     header.window_last_batch = window.last;
     DumpRequest request;
     request.kind = DumpKind::snapshot;
-    const std::string path = write_archive(
-        executor_->archive_path(DumpKind::snapshot, window.first), header,
-        RankDump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
-                 .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
-                 .collectives = window_collectives, .communicators = h.communicators},
-        Durability::verified, config_.overwrite ? Naming::replace : Naming::keep_others);
+    const RankDump dump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
+                        .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
+                        .collectives = window_collectives, .communicators = h.communicators};
+    StoreProtocol* store = store_view_.load(std::memory_order_acquire);
+    if (store != nullptr && store->agreed()) {
+      // Joined through the job's store: this rank's window in its rank-local file, here (as one process writes its
+      // snapshot here); the rank whose file completes the window merges them on its watcher, so that no training
+      // thread waits for another rank.
+      const std::string mine =
+          executor_->write_rank_local(header, dump, DumpKind::snapshot, window.first, Durability::verified);
+      store->snapshot_written(window.first, window.last, mine);
+      return;
+    }
+    const std::string path = write_archive(executor_->archive_path(DumpKind::snapshot, window.first), header, dump,
+                                           Durability::verified,
+                                           config_.overwrite ? Naming::replace : Naming::keep_others);
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
     prune_archives(path, identity_.run_name, identity_.job_id, config_);
   } catch (const std::exception& e) {

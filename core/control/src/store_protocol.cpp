@@ -219,6 +219,50 @@ bool StoreProtocol::state_off() {
   return state_ == State::off;
 }
 
+bool StoreProtocol::agreed() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::agreed && !stop_;
+}
+
+void StoreProtocol::snapshot_written(std::int64_t first_batch, std::int64_t last_batch, const std::string& path) {
+  try {
+    store_->set(fmt::format("s{}/file/{}", first_batch, id_.rank), path);
+    if (store_->add(fmt::format("s{}/files", first_batch), 1) < id_.world_size) return;
+    {
+      std::lock_guard lock(mutex_);
+      snapshots_to_merge_.emplace_back(first_batch, last_batch);
+    }
+    cv_.notify_all();
+  } catch (const std::exception& e) {
+    log().warn("snapshot of batches {} to {}: this rank's history stays in {} ({})", first_batch, last_batch, path,
+               e.what());
+  }
+}
+
+void StoreProtocol::merge_snapshot(std::int64_t first_batch, std::int64_t last_batch) {
+  const std::int64_t start = monotonic_ns();
+  std::vector<std::string> files;
+  for (int r = 0; r < id_.world_size; ++r) {
+    if (auto path = store_->get(fmt::format("s{}/file/{}", first_batch, r))) files.push_back(std::move(*path));
+  }
+  try {
+    const std::string path = executor_.archive_path(DumpKind::snapshot, first_batch);
+    merge_archives(files, path);
+    if (!config_.keep_rank_files) {
+      for (const std::string& f : files) {
+        std::error_code ec;
+        std::filesystem::remove(f, ec);  // the archive holds them now, verified
+      }
+    }
+    log().info("snapshot of batches {} to {}: archive {} written by {} of {} ranks in {}", first_batch, last_batch,
+               path, files.size(), id_.world_size, format_seconds(seconds_since(start)));
+    prune_archives(path, id_.run_name, id_.job_id, config_);
+  } catch (const std::exception& e) {
+    log().error("snapshot of batches {} to {}: the ranks' files stay as they are: {}", first_batch, last_batch,
+                e.what());
+  }
+}
+
 void StoreProtocol::watch() {
   int failures = 0;
   for (;;) {
@@ -255,7 +299,19 @@ void StoreProtocol::watch() {
       }
       const auto text = store_->get(key(n, "cause"));
       failures = 0;
-      if (!text) continue;
+      if (!text) {
+        // No dump to answer: a snapshot window this rank completed is merged now.
+        std::optional<std::pair<std::int64_t, std::int64_t>> window;
+        {
+          std::lock_guard lock(mutex_);
+          if (!snapshots_to_merge_.empty()) {
+            window = snapshots_to_merge_.front();
+            snapshots_to_merge_.erase(snapshots_to_merge_.begin());
+          }
+        }
+        if (window) merge_snapshot(window->first, window->second);
+        continue;
+      }
       const std::int64_t start = monotonic_ns();
       {
         std::lock_guard lock(mutex_);
@@ -564,6 +620,20 @@ void StoreProtocol::shutdown() {
     }
   }
   if (!agreed) return;
+  // A snapshot window this rank completed at the end (its last batch closes at a normal end) is merged before it
+  // leaves: nobody else will.
+  std::vector<std::pair<std::int64_t, std::int64_t>> windows;
+  {
+    std::lock_guard lock(mutex_);
+    windows.swap(snapshots_to_merge_);
+  }
+  for (const auto& [first, last] : windows) {
+    try {
+      merge_snapshot(first, last);
+    } catch (const std::exception& e) {
+      log().error("snapshot of batches {} to {}: {}", first, last, e.what());
+    }
+  }
   try {
     store_->set(fmt::format("left/{}", id_.rank), std::to_string(reached));
     store_->add("left", 1);

@@ -11,6 +11,8 @@
 //   dN/claim         counter: the lowest rank with a file that gets 1 merges the files into the archive
 //   dN/merged        "ok", the archive's path and the ranks in it; or "failed" and why
 //   left, left/R     ranks whose session ended (R: the dump number it had reached): nobody waits for them
+//   sW/file/R, sW/files  rank R's file of the snapshot window starting at batch W, and their count: the rank
+//                    whose add gives the world size merges them (nobody waits: a snapshot never holds a rank up)
 //
 // No collective: every step is a round trip to the store, polled until OOMFLIGHT_DUMP_TIMEOUT. A rank's history
 // reaches disk (its rank-local file) before it waits for anyone; the archive is a merge of those files, so a rank
@@ -53,6 +55,16 @@ class StoreProtocol {
   /// dumps this rank alone). Thread-safe; never throws.
   std::optional<DumpResult> request(const DumpRequest& request);
 
+  /// Whether the ranks agreed at start (run name, job id, settings): only then are snapshots merged. Thread-safe.
+  bool agreed();
+
+  /// A snapshot window's history of this rank is in its rank-local file `path`: says so in the store
+  /// (`sW/file/R`, `sW/files`, W the window's first batch); the rank whose file completes the window merges every
+  /// rank's file into the snapshot archive on its watcher (at its next poll, after any dump), then removes them. A
+  /// window that some rank never writes stays in rank-local files. Never waits for another rank; never throws (a
+  /// failure of the store is logged, and the file stays).
+  void snapshot_written(std::int64_t first_batch, std::int64_t last_batch, const std::string& path);
+
   /// Tells the other ranks that this one left (so that no dump waits for it) and stops the watcher, after the
   /// dump under way if any (bounded by 3 x OOMFLIGHT_DUMP_TIMEOUT). Idempotent; never throws.
   void shutdown();
@@ -85,6 +97,7 @@ class StoreProtocol {
   std::vector<std::string> files_of(std::int64_t n, std::vector<std::int32_t>* ranks);
   bool every_rank_answered(std::int64_t n);
   std::string merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks);
+  void merge_snapshot(std::int64_t first_batch, std::int64_t last_batch);
 
   const Config& config_;
   RankIdentity& id_;
@@ -101,6 +114,7 @@ class StoreProtocol {
   std::int64_t next_dump_ = 0;    // the number of the next dump; every rank counts alike
   DumpResult last_result_;
   bool left_ = false;
+  std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
   bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
   SignalDumpLimiter signal_limiter_;  // the watcher's

@@ -136,6 +136,10 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
       require_same(first, a, "dump_batch", std::to_string(*first.header.dump_batch),
                    std::to_string(*a.header.dump_batch));
     }
+    require_same(first, a, "window_first_batch", std::to_string(first.header.window_first_batch),
+                 std::to_string(a.header.window_first_batch));
+    require_same(first, a, "window_last_batch", std::to_string(first.header.window_last_batch),
+                 std::to_string(a.header.window_last_batch));
     if (first.header.dump_number && a.header.dump_number) {
       require_same(first, a, "dump_number", std::to_string(*first.header.dump_number),
                    std::to_string(*a.header.dump_number));
@@ -168,6 +172,8 @@ ArchiveHeader merge_archives(const std::vector<std::string>& inputs, const std::
   header.world_size = first.header.world_size;
   header.dump_batch = first.header.dump_batch;
   header.dump_number = first.header.dump_number;
+  header.window_first_batch = first.header.window_first_batch;  // a snapshot's window (the same in every input)
+  header.window_last_batch = first.header.window_last_batch;
 
   std::vector<LocalRank> ranks;
   ranks.reserve(by_rank.size());

@@ -14,7 +14,7 @@ namespace oomflight {
 /// `output`: one archive of the same schema with every rank found, rows in rank order, written as
 /// write_archive_ranks() writes (a partial name, synced, checked, renamed). ranks_present says who is in it;
 /// origin_ranks is the union of the inputs' origins; reason joins their distinct reasons; world_size, run_name
-/// and kind are the inputs' (which must agree).
+/// kind and a snapshot's window are the inputs' (which must agree).
 ///
 /// Throws ArchiveError naming the file and what is wrong: an input that does not read (read_archive's errors),
 /// inputs of different runs, kinds or world sizes, a rank present in two inputs, `output` naming an input, or
