@@ -10,8 +10,8 @@ events of its own; the archive must hold each rank's, whole.
 - an elastic restart (--max-restarts 1): each round's dump is its own, and its archive names its round;
 - the same job under mpirun and under torchrun: reports that differ only in the run, times, the paths, the command
   line and the restart round;
-- Lightning's own launcher (Trainer(devices=2), no torchrun, no mpirun) with the callback: rank 1's OOM in its
-  training_step gives one archive of both ranks.
+- Lightning's own launcher (Trainer(devices=2), no torchrun, no mpirun) and Composer's (`composer -n 2`, its own
+  environment: torch 2.7) with their callbacks: rank 1's OOM in its step gives one archive of both ranks.
 """
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ import time
 import unittest
 from pathlib import Path
 
-from support import CLI, PY, child_env, read_archive, run, scratch
+from support import CLI, PY, PYTHON_ROOT, child_env, read_archive, run, scratch
+
+COMPOSER_PY = os.environ.get("TEST_COMPOSER_PYTHON", "")
 
 TORCHRUN = str(Path(PY).parent / "torchrun")
 EVENTS = 1000
@@ -179,7 +181,8 @@ class Torchrun(unittest.TestCase):
             report = run([CLI, "report", str(files[0])], cwd, child_env())
             self.assertEqual(report.returncode, 0, report.stderr)
             text = report.stdout.replace(str(files[0]), "ARCHIVE")
-            text = re.sub(r"run oomflight-\d{8}-\d{6}-[0-9a-f]{4}, kind oom, written \S+", "run RUN, written TIME", text)
+            text = re.sub(r"run oomflight-\d{8}-\d{6}-[0-9a-f]{4}, kind oom, written \S+", "run RUN, written TIME",
+                          text)
             text = re.sub(r"ran on (\S+): .*", r"ran on \1: COMMAND", text)
             text = text.replace("metadata: oomflight.restart_round=0, ", "metadata: ")  # torchrun's round
             reports[launcher] = text
@@ -244,6 +247,19 @@ class TrainersOwnLaunchers(unittest.TestCase):
         (cwd / "fit.py").write_text(LIGHTNING)
         env = child_env(MASTER_PORT="29561")
         result = run([PY, "fit.py"], cwd, env, timeout=300)
+        self.check_both_ranks(result, cwd)
+
+    @unittest.skipUnless(COMPOSER_PY, "TEST_COMPOSER_PYTHON names Composer's environment")
+    def test_composers_launcher_with_the_callback_gives_one_archive_of_both_ranks(self):
+        cwd = scratch()
+        (cwd / "fit.py").write_text(COMPOSER)
+        env = child_env()
+        env["PYTHONPATH"] = str(PYTHON_ROOT)  # Composer's torch is 2.7.0: the tree's package, extension built here
+        composer = str(Path(COMPOSER_PY).parent / "composer")
+        result = run([composer, "-n", "2", "--master_port", "29583", "fit.py"], cwd, env, timeout=600)
+        self.check_both_ranks(result, cwd, "run composer-oom")
+
+    def check_both_ranks(self, result, cwd: Path, run_line: str = ""):
         log = result.stdout + result.stderr
         self.assertNotEqual(result.returncode, 0, log)
         self.assertIn("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB", log)
@@ -256,6 +272,37 @@ class TrainersOwnLaunchers(unittest.TestCase):
         self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [1])
         self.assertIn("rank 1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB",
                       a["attrs"]["reason"])
+        if run_line:
+            self.assertIn(run_line, run([CLI, "report", str(cwd / "out" / archives[0])], cwd, child_env()).stdout)
+
+
+COMPOSER = textwrap.dedent("""
+    import os, torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from composer import Trainer
+    from composer.models import ComposerClassifier
+    from composer.utils import dist
+    from oomflight.integrations.composer import OomflightCallback
+
+    class Boom(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+            self.calls = 0
+        def forward(self, x):
+            self.calls += 1
+            if dist.get_global_rank() == 1 and self.calls == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB. GPU 1 has a total "
+                                             "capacity of 79.10 GiB of which 2.00 GiB is free.")
+            return self.layer(x)
+
+    dataset = TensorDataset(torch.randn(48, 4), torch.randint(0, 2, (48,)))
+    trainer = Trainer(model=ComposerClassifier(Boom(), num_classes=2),
+                      train_dataloader=DataLoader(dataset, batch_size=4, sampler=dist.get_sampler(dataset)),
+                      max_duration="6ba", device="cpu", run_name="composer-oom", progress_bar=False,
+                      log_to_console=False, callbacks=[OomflightCallback(folder="out")])
+    trainer.fit()
+""")
 
 
 if __name__ == "__main__":

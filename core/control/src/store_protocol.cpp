@@ -420,11 +420,24 @@ bool StoreProtocol::every_rank_answered(std::int64_t n) {
 
 std::vector<std::string> StoreProtocol::files_of(std::int64_t n, std::vector<std::int32_t>* ranks) {
   std::vector<std::string> files;
+  std::vector<int> elsewhere;
   for (int r = 0; r < id_.world_size; ++r) {
     if (auto path = store_->get(key(n, fmt::format("file/{}", r)))) {
+      std::error_code ec;
+      if (!std::filesystem::exists(*path, ec)) {
+        // Written on another host's own disk (a node-local folder, the $TMPDIR fallback): it stays there, and the
+        // archive is merged without it (the result names the rank as missing).
+        elsewhere.push_back(r);
+        continue;
+      }
       files.push_back(std::move(*path));
       ranks->push_back(r);
     }
+  }
+  if (!elsewhere.empty()) {
+    log().warn("the files of {} {} are not visible from this host: the archive is merged without them (they stay "
+               "on their hosts; oomflight merge joins them later)",
+               elsewhere.size() == 1 ? "rank" : "ranks", rank_ranges(elsewhere));
   }
   return files;
 }
@@ -534,19 +547,27 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       std::filesystem::remove(mine, ec);  // the archive holds it now, verified
     }
     // Who is not in it, and why: its session had ended before this dump, or it did not answer in time.
-    std::vector<int> missing, left;
+    std::vector<int> missing, left, elsewhere;
     for (int q = 0; q < size; ++q) {
       if (std::find(merged_ranks.begin(), merged_ranks.end(), q) != merged_ranks.end()) continue;
       std::optional<std::int64_t> reached;
+      bool wrote = false;
       try {
+        wrote = store_->get(key(n, fmt::format("file/{}", q))).has_value();
         if (const auto text = store_->get(fmt::format("left/{}", q))) reached = to_int(*text);
       } catch (const std::exception&) {
       }
-      (reached && *reached <= n ? left : missing).push_back(q);
+      (wrote ? elsewhere : reached && *reached <= n ? left : missing).push_back(q);
     }
     if (!left.empty()) {
       r.error = fmt::format("{} {} had ended {} session before this dump", left.size() == 1 ? "rank" : "ranks",
                             rank_ranges(left), left.size() == 1 ? "its" : "their");
+    }
+    if (!elsewhere.empty()) {
+      r.error += fmt::format("{}{} {} wrote {} history where the merging rank could not read it (or too late): {} "
+                             "rank-local {}", r.error.empty() ? "" : "; ", elsewhere.size() == 1 ? "rank" : "ranks",
+                             rank_ranges(elsewhere), elsewhere.size() == 1 ? "its" : "their",
+                             elsewhere.size() == 1 ? "its" : "their", elsewhere.size() == 1 ? "file" : "files");
     }
     if (!missing.empty()) {
       r.error += fmt::format("{}{} {} did not write a history within {} (OOMFLIGHT_DUMP_TIMEOUT)",
@@ -565,9 +586,10 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
     return r;
   }
   if (r.error.empty()) {
-    r.error = !merged                  ? "no rank merged the histories into one archive in time"
-              : (*merged)[0] == "ok"   ? "this rank's history came too late for the archive " + (*merged)[1]
-                                       : "the merge into one archive failed: " + (merged->size() > 1 ? (*merged)[1] : "");
+    const std::string detail = merged && merged->size() > 1 ? (*merged)[1] : "";
+    r.error = !merged                ? "no rank merged the histories into one archive in time"
+              : (*merged)[0] == "ok" ? "this rank's history came too late for the archive " + detail
+                                     : "the merge into one archive failed: " + detail;
   }
   r.seconds = seconds_since(start_ns);
   if (mine.empty()) {
