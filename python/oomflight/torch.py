@@ -159,14 +159,14 @@ def _join_job_store() -> None:
         return
     _state["joined"] = True
     try:
-        with _lock:
-            _start()  # no MPI to initialise after the device is chosen: start now if CUDA has not started it
         lib = _capi.library()
         if lib.oomflight_launched_by_mpi():
-            return  # the MPI job's ranks already
+            return  # the MPI job's ranks already (and its MPI starts once CUDA has, as install() arranged)
         world = dist.get_world_size()
         if world < 2:
             return
+        with _lock:
+            _start()  # no MPI to initialise after the device is chosen: start now if CUDA has not started it
         rank = dist.get_rank()
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
         if not 0 <= local_rank < world:

@@ -109,6 +109,23 @@ class StoreJoin : public ::testing::Test {
     }
     return statuses;
   }
+  // 3 ranks: rank 2 runs `rank_two` and ends; rank 1 runs out of memory once `marker` (a key of the store) exists;
+  // rank 0 ends after that dump.
+  std::vector<int> oom_on_one_after(const fs::path& marker, const std::function<void()>& rank_two) {
+    const fs::path done = dir_.path() / "done";
+    return run_ranks(3, [&](int rank) {
+      if (rank == 2) {
+        rank_two();
+      } else if (rank == 1) {
+        wait_for(marker);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+        std::ofstream(done) << "x";
+      } else {
+        wait_for(done);
+      }
+    });
+  }
   fs::path store_dir() const { return dir_.path() / "store"; }
   std::string log_path(int rank) const { return (dir_.path() / ("rank" + std::to_string(rank) + ".log")).string(); }
   std::string log(int rank) const {
@@ -175,19 +192,13 @@ TEST_F(StoreJoin, AnOomOnOneRankGivesOneArchiveOfEveryRank) {
   EXPECT_NE(log(1).find("archive " + a.path + " written by 3 of 3 ranks in "), std::string::npos) << log(1);
 }
 
-// A rank whose session ended before the dump is not waited for (the deadline is 60 s): the archive names it.
-TEST_F(StoreJoin, ARankThatLeftIsNotWaitedFor) {
-  const fs::path left = store_dir() / "left%2";
-  const fs::path done = dir_.path() / "done";
-  const auto statuses = run_ranks(3, [&](int rank) {
-    if (rank == 2) return;  // ends its session at once
-    if (rank == 1) {
-      wait_for(left);
-      oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
-      std::ofstream(done) << "x";
-    } else {
-      wait_for(done);
-    }
+// A rank whose session ended on an error before the dump is not waited for (the deadline is 60 s): the archive
+// names it.
+TEST_F(StoreJoin, ARankThatLeftOnAnErrorIsNotWaitedFor) {
+  const auto statuses = oom_on_one_after(store_dir() / "left%2", [] {  // as an uncaught exception ends it
+    oomflight_end(1);
+    std::fflush(stderr);
+    _exit(0);
   });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
   const Archive a = the_only_file(1);
@@ -210,6 +221,16 @@ TEST_F(StoreJoin, SettingsThatDifferAreNamedOnEveryRank) {
               std::string::npos)
         << log(rank);
   }
+}
+
+// A rank that ends normally keeps answering dumps until every rank has ended (the leave agreement): an OOM on
+// another rank after its end still finds its history.
+TEST_F(StoreJoin, ARankThatEndsNormallyStillAnswersUntilEveryRankEnds) {
+  const auto statuses = oom_on_one_after(store_dir() / "ending", [] {});  // its normal end waits for the others
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2})) << log(2);
+  EXPECT_NE(log(1).find("written by 3 of 3 ranks in "), std::string::npos) << log(1);
 }
 
 // SIGUSR1 to one rank: a signal dump of every rank into one archive, and the job goes on.

@@ -120,7 +120,7 @@ bool Session::shutdown(End how) {
                "end of its window, or left); it is dropped");
   }
   // The store transport has no leave agreement: it tells the others this rank left, so that no dump waits for it.
-  if (store_protocol_) store_protocol_->shutdown();
+  if (store_protocol_) store_protocol_->shutdown(normal_end);
   // A normal end leaves together with the other ranks (answering their dumps meanwhile); any other end does not
   // wait for them, and says whether it finalises MPI: an error never does; a requested end after an OOM dump may
   // (a caught and retried OOM that exits 0), so it does not claim otherwise.

@@ -86,7 +86,7 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, Recor
 }
 
 StoreProtocol::~StoreProtocol() {
-  shutdown();
+  shutdown(false);
   if (watcher_.joinable()) watcher_.detach();  // shutdown gave up on it: it holds no lock and ends on stop_
 }
 
@@ -619,13 +619,43 @@ void StoreProtocol::finish(DumpResult result) {
   cv_.notify_all();
 }
 
-void StoreProtocol::shutdown() {
-  std::int64_t reached = 0;
-  bool agreed = false;
+void StoreProtocol::leave_together() {
+  // The leave agreement of the store (docs/protocol.md, "Leaving"): a rank that ends normally keeps answering dumps
+  // (its watcher runs on) until every rank has ended or left on an error, so that an OOM on a slower rank still
+  // finds this rank's history; bounded by OOMFLIGHT_DUMP_TIMEOUT.
+  const int size = id_.world_size;
+  const std::int64_t deadline = monotonic_ns() + to_ns(config_.dump_timeout);
+  std::int64_t ended = 0;
+  try {
+    store_->add("ending", 1);
+    for (;;) {
+      ended = store_->add("ending", 0) + store_->add("left_early", 0);
+      if (ended >= size || monotonic_ns() >= deadline) break;
+      sleep_for(kWaitPoll * 2);
+    }
+  } catch (const std::exception& e) {
+    log().debug("the job's store at the end: {}", e.what());
+    return;
+  }
+  if (ended < size) {
+    log().info("leaving before every rank ended ({} of {} within {}, OOMFLIGHT_DUMP_TIMEOUT)", ended, size,
+               format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
+  }
+}
+
+void StoreProtocol::shutdown(bool normal) {
   {
     std::unique_lock lock(mutex_);
     if (left_) return;
     left_ = true;
+    // A rank that ends right after it joined waits for the agreement first: it has a part in the leave agreement.
+    normal = normal && wait_agreed(lock);
+  }
+  if (normal) leave_together();
+  std::int64_t reached = 0;
+  bool agreed = false;
+  {
+    std::unique_lock lock(mutex_);
     cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });  // the dump under way ends first
     stop_ = true;
     reached = next_dump_;
@@ -659,6 +689,7 @@ void StoreProtocol::shutdown() {
   try {
     store_->set(fmt::format("left/{}", id_.rank), std::to_string(reached));
     store_->add("left", 1);
+    if (!normal) store_->add("left_early", 1);  // ranks ending normally wait for nobody that left this way
   } catch (const std::exception& e) {
     log().debug("cannot tell the job's store that this rank left: {}", e.what());
   }

@@ -11,6 +11,8 @@
 //   dN/claim         counter: the lowest rank with a file that gets 1 merges the files into the archive
 //   dN/merged        "ok", the archive's path and the ranks in it; or "failed" and why
 //   left, left/R     ranks whose session ended (R: the dump number it had reached): nobody waits for them
+//   ending, left_early  ranks ending normally, and ranks that left on an error: a normal end answers dumps until
+//                    the two add up to the world size (the leave agreement)
 //   sW/file/R, sW/files  rank R's file of the snapshot window starting at batch W, and their count: the rank
 //                    whose add gives the world size merges them (nobody waits: a snapshot never holds a rank up)
 //
@@ -65,9 +67,11 @@ class StoreProtocol {
   /// failure of the store is logged, and the file stays).
   void snapshot_written(std::int64_t first_batch, std::int64_t last_batch, const std::string& path);
 
-  /// Tells the other ranks that this one left (so that no dump waits for it) and stops the watcher, after the
-  /// dump under way if any (bounded by 3 x OOMFLIGHT_DUMP_TIMEOUT). Idempotent; never throws.
-  void shutdown();
+  /// Ends this rank's part. A `normal` end first keeps answering dumps until every rank has ended or left on an
+  /// error (the leave agreement; at most OOMFLIGHT_DUMP_TIMEOUT); any other end waits for nobody. Then the dump under
+  /// way ends (bounded by 3 x OOMFLIGHT_DUMP_TIMEOUT), the watcher stops, a snapshot window this rank completed is
+  /// merged, and the other ranks learn that this one left (so that no dump waits for it). Idempotent; never throws.
+  void shutdown(bool normal);
 
  private:
   enum class State { agreeing, agreed, off };
@@ -82,6 +86,7 @@ class StoreProtocol {
   };
 
   void watch();
+  void leave_together();
   void end_on_sigterm();  // SIGTERM arrived: after the dump under way (or an exit dump), end as SIGTERM would
   void dump_on_sigusr1();
   bool state_off();  // SIGUSR1 arrived: a signal dump of every rank (at most one per signal_dump_interval)
