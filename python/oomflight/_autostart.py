@@ -98,6 +98,9 @@ def _is_torchrun_agent() -> bool:
     argv = getattr(sys, "orig_argv", sys.argv)
     if sys.argv and os.path.basename(sys.argv[0]) == "torchrun":
         return True
+    if sys.argv and sys.argv[0].replace(os.sep, "/").endswith(("torch/distributed/run.py",
+                                                                "torch/distributed/launch.py")):
+        return True  # python -m torch.distributed.run on a Python without sys.orig_argv (3.9)
     return any(a == "-m" and b in ("torch.distributed.run", "torch.distributed.launch")
                for a, b in zip(argv, argv[1:]))
 

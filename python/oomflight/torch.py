@@ -138,7 +138,8 @@ def _own_store(dist):
     while isinstance(base, dist.PrefixStore):
         base = base.underlying_store
     if isinstance(base, dist.TCPStore):
-        base = dist.TCPStore(base.host, base.port, is_master=False, timeout=datetime.timedelta(seconds=30),
+        # Its timeout bounds the connection and a read; oomflight never waits on a key (a check comes first).
+        base = dist.TCPStore(base.host, base.port, is_master=False, timeout=datetime.timedelta(seconds=10),
                              wait_for_workers=False)
     run = os.environ.get("TORCHELASTIC_RUN_ID", "")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")

@@ -18,6 +18,9 @@ extension was built against the machine's torch. Each check prints one line and 
            `oomflight run`): exit status 1 every time (never a signal), one archive of both ranks naming rank 1,
            and the job over within 20 s of the failure (issue 29: a SIGSEGV after torch's traceback in 2 of 3 runs,
            and 45 s of the survivor's leave agreement)
+  torchrun_oom  the example, unchanged, under `oomflight run -- python -m torch.distributed.run` with 2 workers on
+           the one GPU (gloo; issue 33: the ranks join through the job's c10d store), rank 1 capped: one archive of
+           both ranks, origin 1, whose report names train.py's lines, and the job's own OutOfMemoryError
 
 Usage: check_gpu.py OUT [CHECK...]   (all by default)"""
 import glob
@@ -364,8 +367,31 @@ def check_lightning_oom(out: Path, runs: int = 10) -> dict:
     return {"ok": all(x["ok"] for x in results), "exit_codes": [x["rc"] for x in results], "runs": results}
 
 
+def check_torchrun_oom(out: Path) -> dict:
+    """Issue 33 on a GPU: the example, unchanged, under `oomflight run -- torchrun` (2 workers sharing the GPU: gloo,
+    the c10d store of torchrun's agent), rank 1 capped: one archive of both ranks naming rank 1, whose call sites
+    name train.py's lines (issue 32), and the job's own OutOfMemoryError."""
+    work = Path(tempfile.mkdtemp(prefix="oomflight-torchrun-"))
+    r = run_job(["oomflight", "run", "--run-name", "torchrun2", "--", sys.executable, "-m", "torch.distributed.run",
+                 "--standalone", "--nproc-per-node", "2", str(TRAIN), "--cap-rank", "1", "--cap-gib", "1.5",
+                 "--steps", "30"], work)
+    log = r.stdout + r.stderr
+    archives = sorted(a for a in glob.glob(str(work / "**/oom.*.h5"), recursive=True) if ".rank" not in a)
+    result = {"rc": r.returncode, "archives": [str(Path(a).relative_to(work)) for a in archives],
+              "log_tail": log[-3000:]}
+    if len(archives) != 1:
+        return {"ok": False, **result}
+    summary = in_child("archive_summary", archives[0])
+    report = subprocess.run(["oomflight", "report", archives[0]], capture_output=True, text=True).stdout
+    names_lines = "train.py:" in report
+    ok = (r.returncode != 0 and summary["origins"] == [1] and summary["ranks"] == [0, 1] and names_lines
+          and "torch.OutOfMemoryError" in log)
+    return {"ok": ok, **result, "origins": summary["origins"], "ranks": summary["ranks"],
+            "report_names_train_py_lines": names_lines, "report_head": report[:3000]}
+
+
 CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps,
-          "stack_cost": check_stack_cost, "lightning_oom": check_lightning_oom}
+          "stack_cost": check_stack_cost, "lightning_oom": check_lightning_oom, "torchrun_oom": check_torchrun_oom}
 
 
 def main() -> int:

@@ -33,6 +33,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Set in a rank that must die (SIGKILL) as it claims the merge of dump 0: a merging rank that dies mid-dump.
+bool g_die_at_claim = false;
+
 // A store in a folder: one file per key ('/' in a key becomes '%').
 struct FolderStore {
   fs::path dir;
@@ -57,6 +60,7 @@ struct FolderStore {
     return 1;
   }
   static int add(void* user, const char* key, int64_t delta, int64_t* value) {
+    if (g_die_at_claim && std::strcmp(key, "d0/claim") == 0) raise(SIGKILL);
     const auto& s = *static_cast<FolderStore*>(user);
     const int lock = open((s.dir / "lock").c_str(), O_CREAT | O_RDWR, 0600);
     flock(lock, LOCK_EX);
@@ -231,6 +235,38 @@ TEST_F(StoreJoin, ARankThatEndsNormallyStillAnswersUntilEveryRankEnds) {
   const Archive a = the_only_file(1);
   EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2})) << log(2);
   EXPECT_NE(log(1).find("written by 3 of 3 ranks in "), std::string::npos) << log(1);
+}
+
+// The merging rank dies as it claims the merge: after one more deadline the first waiter merges instead, and the
+// dead rank's history (on disk before its claim) is in the archive too.
+TEST_F(StoreJoin, WhenTheMergingRankDiesAWaiterMerges) {
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(
+      3,
+      [&](int rank) {
+        if (rank == 0) g_die_at_claim = true;
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+          std::ofstream(done) << "x";
+        } else {
+          wait_for(done);
+        }
+      },
+      [](int) { setenv("OOMFLIGHT_DUMP_TIMEOUT", "2s", 1); });
+  EXPECT_EQ(statuses, (std::vector<int>{128 + SIGKILL, 0, 0}));
+  // The archive, and the dead rank's own file (only a rank removes its own: the others cannot know it is dead).
+  std::vector<fs::path> archives, rank_files;
+  for (const fs::path& f : test::files_with_suffix(dir_.path() / "out", ".h5")) {
+    (f.filename().string().find(".rank") == std::string::npos ? archives : rank_files).push_back(f);
+  }
+  ASSERT_EQ(archives.size(), 1u) << log(1);
+  EXPECT_EQ(rank_files.size(), 1u);
+  const Archive a = read_archive(archives[0].string());
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_NE((log(1) + log(2)).find("no rank merged the histories within the deadline; this rank merges them"),
+            std::string::npos)
+      << log(1) << log(2);
 }
 
 // SIGUSR1 to one rank: a signal dump of every rank into one archive, and the job goes on.

@@ -149,7 +149,8 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
   identity_.local_rank = local_rank;
   set_log_rank(rank);
   recorder_.context().set_environment(capture_environment(identity_, config_));
-  store_protocol_ = std::make_unique<StoreProtocol>(config_, identity_, recorder_, *executor_, std::move(store));
+  store_protocol_ =
+      std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, recorder_, *executor_, std::move(store));
   store_view_.store(store_protocol_.get(), std::memory_order_release);
 }
 
@@ -185,12 +186,15 @@ void Session::take_snapshot(const SnapshotWindow& window) {
                         .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
                         .collectives = window_collectives, .communicators = h.communicators};
     StoreProtocol* store = store_view_.load(std::memory_order_acquire);
+    std::unique_lock<std::mutex> files;
+    if (store != nullptr) files = store->lock_files();  // the watcher may be writing or merging meanwhile
     if (store != nullptr && store->agreed()) {
       // Joined through the job's store: this rank's window in its rank-local file, here (as one process writes its
       // snapshot here); the rank whose file completes the window merges them on its watcher, so that no training
       // thread waits for another rank.
       const std::string mine =
           executor_->write_rank_local(header, dump, DumpKind::snapshot, window.first, Durability::verified);
+      files.unlock();
       store->snapshot_written(window.first, window.last, mine);
       return;
     }
@@ -236,6 +240,8 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   }
   const ArchiveHeader header =
       executor_->header(request.kind, h.batch, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
+  std::unique_lock<std::mutex> files;
+  if (StoreProtocol* store = store_view_.load(std::memory_order_acquire)) files = store->lock_files();
   DumpResult r =
       executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch, &request.state);
   r.seconds = static_cast<double>(monotonic_ns() - start) / 1e9;

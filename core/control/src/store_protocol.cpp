@@ -66,9 +66,10 @@ void sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 
 }  // namespace
 
-StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, Recorder& recorder, DumpExecutor& executor,
-                             std::unique_ptr<StoreClient> store)
-    : config_(config), id_(identity), recorder_(recorder), executor_(executor), store_(std::move(store)) {
+StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex,
+                             Recorder& recorder, DumpExecutor& executor, std::unique_ptr<StoreClient> store)
+    : config_(config), id_(identity), identity_mutex_(identity_mutex), recorder_(recorder), executor_(executor),
+      store_(std::move(store)) {
   agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout);
   std::vector<std::string> hello = {std::to_string(kHelloVersion)};
   for (std::string& v : agreed_setting_values(config_)) hello.push_back(std::move(v));
@@ -80,14 +81,22 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, Recor
   store_->add("hellos", 1);  // the watchers read the hellos once all are there (one round trip a poll until then)
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
+  watcher_ = std::thread([this] {
+    watch();
+    {
+      std::lock_guard lock(mutex_);
+      watcher_exited_ = true;
+    }
+    cv_.notify_all();
+  });
+  // Once there is a watcher to act on their flags.
   exit_signal_ = install_exit_signal();
   dump_signal_ = install_dump_signal();  // SIGUSR1 to any rank: every rank's history, and the job goes on
-  watcher_ = std::thread([this] { watch(); });
 }
 
 StoreProtocol::~StoreProtocol() {
   shutdown(false);
-  if (watcher_.joinable()) watcher_.detach();  // shutdown gave up on it: it holds no lock and ends on stop_
+  if (watcher_.joinable()) watcher_.detach();  // shutdown left it behind (stuck in a store call); it ends on stop_
 }
 
 std::string StoreProtocol::key(std::int64_t n, const std::string& what) const { return fmt::format("d{}/{}", n, what); }
@@ -170,7 +179,8 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
   }
   const auto& first = hellos[0];
   {
-    std::lock_guard lock(mutex_);
+    // The batch lock first (the order of take_snapshot, which reads the identity under it and then asks agreed()).
+    std::scoped_lock lock(identity_mutex_, mutex_);
     id_.run_name = first[1 + settings];
     id_.job_id = first[2 + settings];
     state_ = State::agreed;
@@ -189,7 +199,7 @@ bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
 
 void StoreProtocol::end_on_sigterm() {
   if (!exit_signal_ || !take_exit_signal()) return;
-  if (config_.dump_on_exit) {
+  if (config_.dump_on_exit && agreed()) {
     DumpRequest request;
     request.kind = DumpKind::exit;
     request.reason = "SIGTERM";
@@ -209,7 +219,7 @@ void StoreProtocol::dump_on_sigusr1() {
   request.kind = DumpKind::signal;
   request.reason = "SIGUSR1 received";
   // From this thread: it answers no other dump meanwhile, and none is under way (it would be answering it).
-  if (!this->request(request)) {
+  if (!this->request(request) && state_off()) {
     log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
   }
 }
@@ -241,12 +251,11 @@ void StoreProtocol::snapshot_written(std::int64_t first_batch, std::int64_t last
 
 void StoreProtocol::merge_snapshot(std::int64_t first_batch, std::int64_t last_batch) {
   const std::int64_t start = monotonic_ns();
-  std::vector<std::string> files;
-  for (int r = 0; r < id_.world_size; ++r) {
-    if (auto path = store_->get(fmt::format("s{}/file/{}", first_batch, r))) files.push_back(std::move(*path));
-  }
+  std::vector<std::int32_t> ranks;
+  const std::vector<std::string> files = visible_files(fmt::format("s{}/file/", first_batch), &ranks);
   try {
     const std::string path = executor_.archive_path(DumpKind::snapshot, first_batch);
+    const auto lock = lock_files();
     merge_archives(files, path);
     if (!config_.keep_rank_files) {
       for (const std::string& f : files) {
@@ -318,19 +327,29 @@ void StoreProtocol::watch() {
         if (stop_ || dumping_ || next_dump_ != n) continue;  // a request of this rank took dump n meanwhile
         dumping_ = true;
       }
-      Cause cause;
-      if (const auto c = decode(*text)) {
-        cause = *c;
-      } else {
-        log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error", n);
+      // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of
+      // this rank would wait for it.
+      try {
+        Cause cause;
+        if (const auto c = decode(*text)) {
+          cause = *c;
+        } else {
+          log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error",
+                      n);
+        }
+        FrozenHistory h = recorder_.freeze(-1);
+        DumpRequest request;
+        request.kind = cause.kind;
+        finish(run_dump(n, false, h, request, cause, start));
+      } catch (const std::exception& e) {
+        DumpResult r;
+        r.error = e.what();
+        log().error("dump {} failed on this rank: {}", n, e.what());
+        finish(std::move(r));
       }
-      FrozenHistory h = recorder_.freeze(-1);
-      DumpRequest request;
-      request.kind = cause.kind;
-      finish(run_dump(n, false, h, request, cause, start));
       end_on_sigterm();
     } catch (const std::exception& e) {
-      if (failures++ % 100 == 0) log().warn("the job's store: {}", e.what());
+      if (failures++ % 100 == 0) log().warn("the store transport's watcher: {}", e.what());
     }
   }
 }
@@ -357,28 +376,29 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   try {
     // The root cause first, before any step that another rank or the store could hold up.
     announce_dump(request, id_.rank, request.batch >= 0 ? request.batch : recorder_.batch());
+    // The first origin (the add gives it 1) writes the cause at once, before its freeze: the others start theirs
+    // meanwhile, and no window is left between the trigger and the cause in which its death would hide the dump.
+    Cause cause{id_.rank, request.kind, request.batch >= 0 ? request.batch : recorder_.batch(),
+                request.requested_bytes, request.device_free_bytes, request.numbers_from_message, request.reason};
     std::int64_t order = 0;
     try {
       order = store_->add(key(n, "trigger"), 1);
+      if (order == 1) store_->set(key(n, "cause"), encode(cause));
     } catch (const std::exception& e) {
       log().error("cannot tell the other ranks through the job's store: {}", e.what());
     }
     FrozenHistory h = recorder_.freeze(request.device);
-    if (request.batch >= 0) h.batch = request.batch;
-    Cause cause{id_.rank,          request.kind,         h.batch, request.requested_bytes,
-                request.device_free_bytes, request.numbers_from_message, request.reason};
-    if (order == 1) {
-      try {
-        store_->set(key(n, "cause"), encode(cause));
-      } catch (const std::exception& e) {
-        log().error("cannot tell the other ranks through the job's store: {}", e.what());
-      }
-    } else if (order > 1) {
-      // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file).
-      if (const auto c = wait_for_cause(n, start + to_ns(config_.dump_timeout))) cause = *c;
+    h.batch = cause.batch;
+    if (order > 1) {
+      // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file). It is
+      // written right after its trigger, so this waits a round trip, at most a second.
+      const auto bound = std::min<std::int64_t>(to_ns(config_.dump_timeout), 1'000'000'000);
+      if (const auto c = wait_for_cause(n, monotonic_ns() + bound)) cause = *c;
     }
     DumpResult r = run_dump(n, true, h, request, cause, start);
-    finish(r);
+    // A dump the others never heard of (the store failed at its trigger) does not count: the ranks' numbers stay
+    // alike.
+    finish(r, order != 0);
     return r;
   } catch (const std::exception& e) {
     DumpResult r;
@@ -403,6 +423,14 @@ std::optional<StoreProtocol::Cause> StoreProtocol::wait_for_cause(std::int64_t n
   }
 }
 
+std::optional<std::vector<std::string>> StoreProtocol::wait_merged(std::int64_t n, std::int64_t until_ns) {
+  for (;;) {
+    if (const auto text = store_->get(key(n, "merged"))) return unpack(*text);
+    if (monotonic_ns() >= until_ns) return std::nullopt;
+    sleep_for(kWaitPoll);
+  }
+}
+
 bool StoreProtocol::every_rank_answered(std::int64_t n) {
   const int size = id_.world_size;
   if (store_->add(key(n, "files"), 0) >= size) return true;
@@ -418,11 +446,11 @@ bool StoreProtocol::every_rank_answered(std::int64_t n) {
   return true;
 }
 
-std::vector<std::string> StoreProtocol::files_of(std::int64_t n, std::vector<std::int32_t>* ranks) {
+std::vector<std::string> StoreProtocol::visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks) {
   std::vector<std::string> files;
   std::vector<int> elsewhere;
   for (int r = 0; r < id_.world_size; ++r) {
-    if (auto path = store_->get(key(n, fmt::format("file/{}", r)))) {
+    if (auto path = store_->get(fmt::format("{}{}", prefix, r))) {
       std::error_code ec;
       if (!std::filesystem::exists(*path, ec)) {
         // Written on another host's own disk (a node-local folder, the $TMPDIR fallback): it stays there, and the
@@ -443,9 +471,10 @@ std::vector<std::string> StoreProtocol::files_of(std::int64_t n, std::vector<std
 }
 
 std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks) {
-  const std::vector<std::string> files = files_of(n, ranks);
+  const std::vector<std::string> files = visible_files(key(n, "file/"), ranks);
   try {
     const std::string path = executor_.archive_path(kind, batch);
+    const auto lock = lock_files();
     merge_archives(files, path);
     return pack({"ok", path, fmt::format("{}", fmt::join(*ranks, ","))});
   } catch (const std::exception& e) {
@@ -476,6 +505,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   header.dump_number = n;
   std::string mine;
   try {
+    const auto files = lock_files();
     mine = executor_.write_rank_local(header, executor_.rank_row(h, is_origin, request), h, cause.batch,
                                       Durability::handed_to_kernel, &request.state);
   } catch (const std::exception& e) {
@@ -505,14 +535,17 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       timeline.mark("merge");
     } else {
       // The merger writes it after its own wait: up to one more deadline.
-      const std::int64_t until = deadline + to_ns(config_.dump_timeout);
-      for (;;) {
-        if (const auto text = store_->get(key(n, "merged"))) {
-          merged = unpack(*text);
-          break;
+      merged = wait_merged(n, deadline + to_ns(config_.dump_timeout));
+      if (!merged && !mine.empty()) {
+        if (store_->add(key(n, "claim_late"), 1) == 1) {
+          // The merging rank died or stalled after its claim: the first rank to get here merges instead.
+          log().warn("dump {}: no rank merged the histories within the deadline; this rank merges them", n);
+          const std::string text = merge(n, cause.kind, cause.batch, &merged_ranks);
+          store_->set(key(n, "merged"), text);
+          merged = unpack(text);
+        } else {
+          merged = wait_merged(n, monotonic_ns() + to_ns(config_.dump_timeout));  // the late merger's turn
         }
-        if (monotonic_ns() >= until) break;
-        sleep_for(kWaitPoll);
       }
       timeline.mark("the merge");
     }
@@ -537,7 +570,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
                           std::find(merged_ranks.begin(), merged_ranks.end(), me) != merged_ranks.end();
   const std::string what = dump_summary(cause.kind, origins, cause.batch, cause.requested_bytes,
                                         cause.device_free_bytes, cause.numbers_from_message);
-  const bool speaks = is_origin && me == origins.front();  // one line per dump, from its first origin
+  const bool speaks = is_origin && me == cause.origin;  // one line per dump, from the origin that named it
   if (in_archive) {
     r.status = DumpResult::Status::archive;
     r.path = (*merged)[1];
@@ -581,6 +614,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
                  format_seconds(r.seconds), r.error.empty() ? "" : ": ", r.error);
     }
     if (!merged_ranks.empty() && merged_ranks.front() == me) {
+      const auto files = lock_files();
       prune_archives(r.path, id_.run_name, id_.job_id, config_);
     }
     return r;
@@ -609,12 +643,12 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   return r;
 }
 
-void StoreProtocol::finish(DumpResult result) {
+void StoreProtocol::finish(DumpResult result, bool counted) {
   {
     std::lock_guard lock(mutex_);
     last_result_ = std::move(result);
     dumping_ = false;
-    ++next_dump_;
+    if (counted) ++next_dump_;
   }
   cv_.notify_all();
 }
@@ -662,13 +696,23 @@ void StoreProtocol::shutdown(bool normal) {
     agreed = state_ != State::off;
   }
   cv_.notify_all();
-  if (exit_signal_) uninstall_exit_signal();
   if (dump_signal_) uninstall_dump_signal();
+  if (exit_signal_) {
+    uninstall_exit_signal();
+    if (take_exit_signal()) end_with_sigterm();  // it came after the watcher's last look: end as it meant
+  }
   if (watcher_.joinable()) {
-    if (watcher_.get_id() == std::this_thread::get_id()) {
-      watcher_.detach();
-    } else {
+    // A watcher inside a round trip to a store that hangs is left behind, not waited for (sessions are never
+    // freed, so what it reads stays).
+    const bool self = watcher_.get_id() == std::this_thread::get_id();
+    std::unique_lock lock(mutex_);
+    const bool exited = !self && cv_.wait_for(lock, config_.dump_timeout, [&] { return watcher_exited_; });
+    lock.unlock();
+    if (exited) {
       watcher_.join();
+    } else {
+      watcher_.detach();
+      if (!self) log().warn("the store transport's watcher is left behind (inside a round trip to the store)");
     }
   }
   if (!agreed) return;

@@ -10,6 +10,8 @@
 //   dN/files         counter of those files
 //   dN/claim         counter: the lowest rank with a file that gets 1 merges the files into the archive
 //   dN/merged        "ok", the archive's path and the ranks in it; or "failed" and why
+//   dN/claim_late    counter: when no merged appears within one more deadline (the merger died), the first waiter
+//                    with a file merges instead
 //   left, left/R     ranks whose session ended (R: the dump number it had reached): nobody waits for them
 //   ending, left_early  ranks ending normally, and ranks that left on an error: a normal end answers dumps until
 //                    the two add up to the world size (the leave agreement)
@@ -43,10 +45,11 @@ namespace oomflight {
 class StoreProtocol {
  public:
   /// `identity` already holds this rank's rank, world size and local rank; its run name and job id are replaced by
-  /// rank 0's once the ranks agree (on the watcher thread, before any dump reads them). Publishes this rank's hello
+  /// rank 0's once the ranks agree (on the watcher thread, under `identity_mutex`, which whoever reads them outside
+  /// a dump holds: the session's batch lock). Publishes this rank's hello
   /// and starts the watcher; never waits for another rank. All references must outlive the protocol.
-  StoreProtocol(const Config& config, RankIdentity& identity, Recorder& recorder, DumpExecutor& executor,
-                std::unique_ptr<StoreClient> store);
+  StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex, Recorder& recorder,
+                DumpExecutor& executor, std::unique_ptr<StoreClient> store);
   ~StoreProtocol();
   StoreProtocol(const StoreProtocol&) = delete;
   StoreProtocol& operator=(const StoreProtocol&) = delete;
@@ -56,6 +59,11 @@ class StoreProtocol {
   /// dump is under way joins it (returns its result). nullopt when the ranks never agreed at start (the caller
   /// dumps this rank alone). Thread-safe; never throws.
   std::optional<DumpResult> request(const DumpRequest& request);
+
+  /// The lock every HDF5 use of a joined process takes (Debian's HDF5 is not built thread-safe, and the store path
+  /// writes from the watcher, a failing thread and the batch thread): around each file's write, read or merge, never
+  /// around a wait for another rank.
+  std::unique_lock<std::mutex> lock_files() { return std::unique_lock(files_mutex_); }
 
   /// Whether the ranks agreed at start (run name, job id, settings): only then are snapshots merged. Thread-safe.
   bool agreed();
@@ -94,23 +102,29 @@ class StoreProtocol {
   bool wait_agreed(std::unique_lock<std::mutex>& lock);
   DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
                       const Cause& cause, std::int64_t start_ns);
-  void finish(DumpResult result);
+  // Ends the dump under way with `result`; `counted`: it was announced in the store (the dump number moves on).
+  void finish(DumpResult result, bool counted = true);
   std::string key(std::int64_t n, const std::string& what) const;
   static std::string encode(const Cause& c);
   static std::optional<Cause> decode(const std::string& text);
   std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
-  std::vector<std::string> files_of(std::int64_t n, std::vector<std::int32_t>* ranks);
+  // The paths under `prefix`R for every rank R that this host can see (the others are named in the log).
+  std::vector<std::string> visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks);
   bool every_rank_answered(std::int64_t n);
+  // dN/merged's fields once it is there, or nullopt at `until_ns`.
+  std::optional<std::vector<std::string>> wait_merged(std::int64_t n, std::int64_t until_ns);
   std::string merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks);
   void merge_snapshot(std::int64_t first_batch, std::int64_t last_batch);
 
   const Config& config_;
   RankIdentity& id_;
+  std::mutex& identity_mutex_;
   Recorder& recorder_;
   DumpExecutor& executor_;
   std::unique_ptr<StoreClient> store_;
   std::int64_t agree_deadline_ns_ = 0;
 
+  std::mutex files_mutex_;  // lock_files(); taken after mutex_ is released, never with it
   std::mutex mutex_;
   std::condition_variable cv_;
   State state_ = State::agreeing;
@@ -119,6 +133,7 @@ class StoreProtocol {
   std::int64_t next_dump_ = 0;    // the number of the next dump; every rank counts alike
   DumpResult last_result_;
   bool left_ = false;
+  bool watcher_exited_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
   bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
