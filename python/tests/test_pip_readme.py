@@ -55,7 +55,8 @@ class ReadmePipLines(unittest.TestCase):
                          Path("/usr/local/cuda/include/nccl.h").is_file())
         self.assertEqual(list(package.glob("_torch_ext*.so")), [])
         self.assertEqual(sorted(p.name for p in (package / "_torch_plugin").iterdir()),
-                         ["context_table.hpp", "oomflight_torch.cpp", "python_stacks.hpp", "trace_tracker.hpp"])
+                         ["context_table.hpp", "job_store.hpp", "oomflight_torch.cpp", "python_stacks.hpp",
+                          "trace_tracker.hpp"])
         self.assertFalse((package / "share").exists(), "a second copy of the package inside the package")
         out = bash("v/bin/oomflight --version && v/bin/python -c 'import oomflight._capi as c; "
                    "print(c.library()._oomflight_path)'", 120)
