@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "oomflight/format/archive_reader.hpp"
@@ -49,7 +50,8 @@ class CApi : public ::testing::Test {
   void TearDown() override {
     oomflight_shutdown();
     for (const char* name : {"OOMFLIGHT_FOLDER", "OOMFLIGHT_RUN_NAME", "OOMFLIGHT_MAX_ENTRIES", "OOMFLIGHT_ENABLED",
-                             "OOMFLIGHT_MAX_BATCHES", "NCCL_DEBUG", "NCCL_IB_AUTH_TOKEN"}) {
+                             "OOMFLIGHT_MAX_BATCHES", "OOMFLIGHT_SKIP_BATCHES",
+                             "OOMFLIGHT_SNAPSHOT_EVERY", "NCCL_DEBUG", "NCCL_IB_AUTH_TOKEN"}) {
       unsetenv(name);
     }
   }
@@ -405,6 +407,51 @@ TEST_F(CApi, EveryArchiveCarriesThePerBatchFigures) {
   EXPECT_EQ(running.peak_allocated_bytes, 350u);  // reset to 300 at the mark, then 350
   EXPECT_EQ(running.alloc_events, 1u);
   EXPECT_EQ(running.oom_events, 1u);
+}
+
+// One process writes from two threads: the batch thread's snapshots and another thread's dumps. Debian's HDF5 is not
+// built thread-safe, so the two must never be in it at once; every file stays whole and readable.
+TEST_F(CApi, DumpsFromAnotherThreadDuringSnapshotsLeaveEveryFileWhole) {
+  setenv("OOMFLIGHT_SKIP_BATCHES", "0", 1);  // windows of one batch each, from batch 0: marks 1 .. 40 close 0 .. 39
+  setenv("OOMFLIGHT_SNAPSHOT_EVERY", "1ba", 1);
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  constexpr int kBatches = 40;
+  constexpr int kDumps = 40;
+  std::thread dumper([] {
+    for (int i = 0; i < kDumps; ++i) {
+      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+      request.kind = OOMFLIGHT_DUMP_SIGNAL;
+      request.reason = "from another thread";
+      request.batch = 1000 + i;
+      oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+      EXPECT_EQ(oomflight_request_dump(&request, &result), OOMFLIGHT_OK) << last_error();
+    }
+  });
+  for (int b = 0; b <= kBatches; ++b) {
+    for (int i = 0; i < 100; ++i) {  // nothing stays live: a window holds its own events only
+      ASSERT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000u * i, 64, 0, -1), 0);
+      ASSERT_EQ(oomflight_record(OOMFLIGHT_FREE_COMPLETED, 0, 0x1000u * i, 64, 0, -1), 0);
+    }
+    ASSERT_EQ(oomflight_mark_batch(b), OOMFLIGHT_OK);
+  }
+  dumper.join();
+  for (int i = 0; i < kDumps; ++i) {
+    const Archive a = read_archive(path("signal." + std::to_string(1000 + i) + ".h5"));
+    EXPECT_EQ(a.header.kind, "signal");
+    ASSERT_EQ(a.ranks.size(), 1u);
+    EXPECT_EQ(a.ranks[0].batch, 1000 + i);
+    EXPECT_LE(a.events.size(), std::size_t{(kBatches + 1) * 201});  // what the batch thread had recorded by then
+  }
+  int snapshots = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("snapshot.", 0) != 0) continue;
+    const Archive a = read_archive(entry.path().string());
+    EXPECT_EQ(a.header.kind, "snapshot");
+    EXPECT_EQ(a.events.size(), 201u) << name;  // a window of one batch: its step and its 100 allocations and frees
+    ++snapshots;
+  }
+  EXPECT_EQ(snapshots, kBatches);
 }
 
 // The archive's context: the rank's environment (facts and the variables that shape a job) and the metadata the

@@ -150,7 +150,8 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
   set_log_rank(rank);
   recorder_.context().set_environment(capture_environment(identity_, config_));
   store_protocol_ =
-      std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, recorder_, *executor_, std::move(store));
+      std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, files_mutex_, recorder_, *executor_,
+                                      std::move(store));
   store_view_.store(store_protocol_.get(), std::memory_order_release);
 }
 
@@ -186,8 +187,8 @@ void Session::take_snapshot(const SnapshotWindow& window) {
                         .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
                         .collectives = window_collectives, .communicators = h.communicators};
     StoreProtocol* store = store_view_.load(std::memory_order_acquire);
-    std::unique_lock<std::mutex> files;
-    if (store != nullptr) files = store->lock_files();  // the watcher may be writing or merging meanwhile
+    // A failing thread's dump_alone, or a joined rank's watcher, may be in HDF5 meanwhile.
+    std::unique_lock<std::mutex> files(files_mutex_);
     if (store != nullptr && store->agreed()) {
       // Joined through the job's store: this rank's window in its rank-local file, here (as one process writes its
       // snapshot here); the rank whose file completes the window merges them on its watcher, so that no training
@@ -240,8 +241,8 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   }
   const ArchiveHeader header =
       executor_->header(request.kind, h.batch, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
-  std::unique_lock<std::mutex> files;
-  if (StoreProtocol* store = store_view_.load(std::memory_order_acquire)) files = store->lock_files();
+  // The batch thread's snapshot, or a joined rank's watcher, may be in HDF5 meanwhile.
+  std::unique_lock<std::mutex> files(files_mutex_);
   DumpResult r =
       executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch, &request.state);
   r.seconds = static_cast<double>(monotonic_ns() - start) / 1e9;

@@ -67,9 +67,10 @@ void sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 }  // namespace
 
 StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex,
-                             Recorder& recorder, DumpExecutor& executor, std::unique_ptr<StoreClient> store)
+                             std::mutex& files_mutex, Recorder& recorder, DumpExecutor& executor,
+                             std::unique_ptr<StoreClient> store)
     : config_(config), id_(identity), identity_mutex_(identity_mutex), recorder_(recorder), executor_(executor),
-      store_(std::move(store)) {
+      store_(std::move(store)), files_mutex_(files_mutex) {
   agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout);
   std::vector<std::string> hello = {std::to_string(kHelloVersion)};
   for (std::string& v : agreed_setting_values(config_)) hello.push_back(std::move(v));

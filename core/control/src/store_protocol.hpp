@@ -48,7 +48,8 @@ class StoreProtocol {
   /// rank 0's once the ranks agree (on the watcher thread, under `identity_mutex`, which whoever reads them outside
   /// a dump holds: the session's batch lock). Publishes this rank's hello
   /// and starts the watcher; never waits for another rank. All references must outlive the protocol.
-  StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex, Recorder& recorder,
+  StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex, std::mutex& files_mutex,
+                Recorder& recorder,
                 DumpExecutor& executor, std::unique_ptr<StoreClient> store);
   ~StoreProtocol();
   StoreProtocol(const StoreProtocol&) = delete;
@@ -62,7 +63,7 @@ class StoreProtocol {
 
   /// The lock every HDF5 use of a joined process takes (Debian's HDF5 is not built thread-safe, and the store path
   /// writes from the watcher, a failing thread and the batch thread): around each file's write, read or merge, never
-  /// around a wait for another rank.
+  /// around a wait for another rank. The session's `files_mutex`, so that its own writes take the same one.
   std::unique_lock<std::mutex> lock_files() { return std::unique_lock(files_mutex_); }
 
   /// Whether the ranks agreed at start (run name, job id, settings): only then are snapshots merged. Thread-safe.
@@ -124,7 +125,7 @@ class StoreProtocol {
   std::unique_ptr<StoreClient> store_;
   std::int64_t agree_deadline_ns_ = 0;
 
-  std::mutex files_mutex_;  // lock_files(); taken after mutex_ is released, never with it
+  std::mutex& files_mutex_;  // the session's; lock_files(); taken after mutex_ is released, never with it
   std::mutex mutex_;
   std::condition_variable cv_;
   State state_ = State::agreeing;

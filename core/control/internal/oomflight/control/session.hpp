@@ -112,6 +112,10 @@ class Session {
   std::atomic<StoreProtocol*> store_view_{nullptr};  // what dump() reads without the lock
   SnapshotSchedule schedule_;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
+  // Every HDF5 use of this process outside the MPI path takes it (Debian's HDF5 is not built thread-safe): a dump
+  // of this rank alone on a failing thread, a snapshot on the batch thread, and a joined rank's watcher. Taken after
+  // batch_mutex_, never before it; never held across a wait for another rank.
+  std::mutex files_mutex_;
   bool shut_down_ = false;
   std::atomic<bool> oom_dumped_{false};  // this rank asked for an OOM dump: shutdown closes no window, waits for none
 };
