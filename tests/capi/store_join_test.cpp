@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,9 @@ namespace fs = std::filesystem;
 // Set in a rank that must die (SIGKILL) as it claims the merge of dump 0: a merging rank that dies mid-dump.
 bool g_die_at_claim = false;
 
+// Every request this process made of its store: what a test of the store's load counts.
+std::atomic<long> g_requests{0};
+
 // A store in a folder: one file per key ('/' in a key becomes '%').
 struct FolderStore {
   fs::path dir;
@@ -45,6 +49,7 @@ struct FolderStore {
     return dir / name;
   }
   static int set(void* user, const char* key, const void* value, size_t size) {
+    ++g_requests;
     const auto& s = *static_cast<FolderStore*>(user);
     const fs::path tmp = s.file(key).string() + ".tmp" + std::to_string(getpid());
     std::ofstream(tmp, std::ios::binary).write(static_cast<const char*>(value), static_cast<std::streamsize>(size));
@@ -52,6 +57,7 @@ struct FolderStore {
     return 0;
   }
   static int get(void* user, const char* key, void* buffer, size_t capacity, size_t* size) {
+    ++g_requests;
     std::ifstream in(static_cast<FolderStore*>(user)->file(key), std::ios::binary);
     if (!in) return 0;
     const std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -61,6 +67,7 @@ struct FolderStore {
   }
   static int add(void* user, const char* key, int64_t delta, int64_t* value) {
     if (g_die_at_claim && std::strcmp(key, "d0/claim") == 0) raise(SIGKILL);
+    ++g_requests;  // and the set below
     const auto& s = *static_cast<FolderStore*>(user);
     const int lock = open((s.dir / "lock").c_str(), O_CREAT | O_RDWR, 0600);
     flock(lock, LOCK_EX);
@@ -167,6 +174,71 @@ TEST_F(StoreJoin, ArgumentsAreCheckedAndAProcessWithoutASessionCannotJoin) {
   oomflight_store no_add = store;
   no_add.add = nullptr;
   EXPECT_EQ(oomflight_join_store(&no_add, 0, 2, 0), OOMFLIGHT_EINVAL);
+}
+
+// Every rank's watcher polls the one store the job has: in a job of 1,000 ranks each asks at most every 0.5 s
+// (store_pacing.hpp: 2,000 requests a second for the whole job), not every OOMFLIGHT_POLL_INTERVAL (10 ms). Rank 0
+// (hellos) and rank 1 (rank 0's verdict) of such a job, alone, idle for 2 s while they wait for the others.
+TEST_F(StoreJoin, AnIdleRankOfALargeJobAsksTheStoreRarely) {
+  fs::create_directories(store_dir());
+  for (int rank : {0, 1}) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::freopen(log_path(rank).c_str(), "w", stderr);
+      setenv("OOMFLIGHT_FOLDER", (dir_.path() / "out").c_str(), 1);
+      if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
+      FolderStore folder{store_dir()};
+      oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get,
+                            &FolderStore::add, nullptr};
+      if (oomflight_join_store(&store, rank, 1000, 0) != OOMFLIGHT_OK) _exit(91);
+      const long before = g_requests.load();
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      const long idle = g_requests.load() - before;
+      std::ofstream(dir_.path() / ("requests" + std::to_string(rank))) << idle;
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log(rank);
+    long idle = -1;
+    std::ifstream(dir_.path() / ("requests" + std::to_string(rank))) >> idle;
+    EXPECT_GE(idle, 1) << "rank " << rank << " never looked";  // it does poll: 4 looks in 2 s
+    EXPECT_LE(idle, 6) << "rank " << rank;  // a 10 ms poll made 378 (rank 0) and 195 (rank 1)
+  }
+}
+
+// Rank 0 gathers the hellos and publishes the verdict: without it, another rank says so after two deadlines, and
+// its OOM is still written (its own archive).
+TEST_F(StoreJoin, WithoutRankZeroARankSaysSoAndDumpsAlone) {
+  fs::create_directories(store_dir());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen(log_path(1).c_str(), "w", stderr);
+    setenv("OOMFLIGHT_FOLDER", (dir_.path() / "out1").c_str(), 1);
+    setenv("OOMFLIGHT_DUMP_TIMEOUT", "1s", 1);
+    if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
+    FolderStore folder{store_dir()};
+    oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get, &FolderStore::add,
+                          nullptr};
+    if (oomflight_join_store(&store, 1, 2, 1) != OOMFLIGHT_OK) _exit(91);
+    oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000, 512, 0, -1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2600));
+    oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+    std::fflush(stderr);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log(1);
+  EXPECT_NE(log(1).find("rank 0 did not publish the ranks' agreement within 2.000 s (2 x OOMFLIGHT_DUMP_TIMEOUT); no "
+                        "dump is coordinated between ranks"),
+            std::string::npos)
+      << log(1);
+  const auto files = test::files_with_suffix(dir_.path() / "out1", ".h5");
+  ASSERT_EQ(files.size(), 1u) << log(1);
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(a.events.size(), 2u);  // its allocation and its OOM
 }
 
 // Rank 1 of 3 runs out of memory: every rank's history is in one archive (origin 1, its reason), nothing else is left.

@@ -21,14 +21,12 @@
 #include "protocol_timing.hpp"
 #include "retention.hpp"
 #include "settings_agreement.hpp"
+#include "store_pacing.hpp"
 
 namespace oomflight {
 namespace {
 
 constexpr int kHelloVersion = 1;
-// Waiting for other ranks' keys: a round trip to the store every few ms, at most the watcher's poll interval.
-constexpr std::chrono::milliseconds kWaitPoll{5};
-
 // Fields as "<size>\n<bytes>" one after another: any byte may occur in a field (a reason has newlines).
 std::string pack(const std::vector<std::string>& fields) {
   std::string out;
@@ -70,8 +68,11 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
                              std::mutex& files_mutex, Recorder& recorder, DumpExecutor& executor,
                              std::unique_ptr<StoreClient> store)
     : config_(config), id_(identity), identity_mutex_(identity_mutex), recorder_(recorder), executor_(executor),
-      store_(std::move(store)), files_mutex_(files_mutex) {
-  agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout);
+      store_(std::move(store)), pacing_(store_pacing(config.poll_interval, identity.world_size)),
+      files_mutex_(files_mutex) {
+  // Rank 0 gives up on missing hellos after one deadline; the others wait for its verdict one deadline more (rank 0
+  // may have started later than they did).
+  agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout) * (identity.rank == 0 ? 1 : 2);
   std::vector<std::string> hello = {std::to_string(kHelloVersion)};
   for (std::string& v : agreed_setting_values(config_)) hello.push_back(std::move(v));
   hello.push_back(id_.run_name);  // rank 0's (configured or generated) is everyone's
@@ -79,7 +80,7 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   hello.push_back(id_.host);
   hello.push_back(std::to_string(id_.pid));
   store_->set(fmt::format("hello/{}", id_.rank), pack(hello));  // throws: the caller reports it, nothing started
-  store_->add("hellos", 1);  // the watchers read the hellos once all are there (one round trip a poll until then)
+  store_->add("hellos", 1);  // rank 0's watcher reads the hellos once all are there, and publishes its verdict
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
   watcher_ = std::thread([this] {
@@ -128,6 +129,9 @@ std::optional<StoreProtocol::Cause> StoreProtocol::decode(const std::string& tex
 }
 
 bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
+  // Rank 0 alone reads the hellos and publishes its verdict: one key every other rank reads, so that the agreement
+  // costs the store O(world size) requests, not one read of every hello by every rank (262,144 at 512 ranks).
+  if (id_.rank != 0) return take_verdict(deadline_ns);
   const int size = id_.world_size;
   if (store_->add("hellos", 0) < size && monotonic_ns() < deadline_ns) return false;
   std::vector<std::vector<std::string>> hellos(static_cast<std::size_t>(size));
@@ -172,29 +176,59 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
     }
     if (!problem.empty()) problem += ". These settings must be the same on every rank of the job";
   }
-  if (!problem.empty()) {
-    log().error("{}; no dump is coordinated between ranks in this job: each rank writes its own file", problem);
-    std::lock_guard lock(mutex_);
-    state_ = State::off;
+  const std::vector<std::string> verdict =
+      problem.empty() ? std::vector<std::string>{std::to_string(kHelloVersion), "ok", hellos[0][1 + settings],
+                                                 hellos[0][2 + settings]}
+                      : std::vector<std::string>{std::to_string(kHelloVersion), "off", problem};
+  store_->set("agreement", pack(verdict));
+  adopt_verdict(verdict);
+  return true;
+}
+
+bool StoreProtocol::take_verdict(std::int64_t deadline_ns) {
+  const auto text = store_->get("agreement");
+  if (!text) {
+    if (monotonic_ns() < deadline_ns) return false;
+    adopt_verdict({std::to_string(kHelloVersion), "off",
+                   fmt::format("rank 0 did not publish the ranks' agreement within {} (2 x OOMFLIGHT_DUMP_TIMEOUT)",
+                               format_seconds(2.0 * static_cast<double>(config_.dump_timeout.count()) / 1000.0))});
     return true;
   }
-  const auto& first = hellos[0];
+  const auto fields = unpack(*text);
+  const bool reads =
+      fields && !fields->empty() && (*fields)[0] == std::to_string(kHelloVersion) &&
+      (((*fields).size() == 4 && (*fields)[1] == "ok") || ((*fields).size() == 3 && (*fields)[1] == "off"));
+  if (!reads) {
+    adopt_verdict({std::to_string(kHelloVersion), "off",
+                   "rank 0 runs another version of oomflight (its agreement does not read)"});
+    return true;
+  }
+  adopt_verdict(*fields);
+  return true;
+}
+
+void StoreProtocol::adopt_verdict(const std::vector<std::string>& verdict) {
+  if (verdict[1] != "ok") {
+    log().error("{}; no dump is coordinated between ranks in this job: each rank writes its own file", verdict[2]);
+    std::lock_guard lock(mutex_);
+    state_ = State::off;
+    return;
+  }
   {
     // The batch lock first (the order of take_snapshot, which reads the identity under it and then asks agreed()).
     std::scoped_lock lock(identity_mutex_, mutex_);
-    id_.run_name = first[1 + settings];
-    id_.job_id = first[2 + settings];
+    id_.run_name = verdict[2];
+    id_.job_id = verdict[3];
     state_ = State::agreed;
   }
   recorder_.context().set_environment(capture_environment(id_, config_));
-  log().debug("{} ranks joined through the job's store; run {}", size, id_.run_name);
-  return true;
+  log().debug("{} ranks joined through the job's store; run {}", id_.world_size, id_.run_name);
 }
 
 bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
   // The agreement is the watcher's; a dump this early waits for it (the others are starting too), within its bound.
   const auto left = std::chrono::nanoseconds(std::max<std::int64_t>(0, agree_deadline_ns_ - monotonic_ns()));
-  cv_.wait_for(lock, left + config_.poll_interval * 4, [&] { return state_ != State::agreeing || stop_; });
+  cv_.wait_for(lock, left + pacing_.idle * 4, [&] { return state_ != State::agreeing || stop_; });
   return state_ == State::agreed;
 }
 
@@ -281,7 +315,7 @@ void StoreProtocol::watch() {
       std::unique_lock lock(mutex_);
       // After a failure of the store, back off: a store that went away must not cost a core. Off (the ranks did
       // not agree), only SIGTERM is still watched.
-      const auto pause = failures > 0 || state_ == State::off ? config_.poll_interval * 10 : config_.poll_interval;
+      const auto pause = failures > 0 || state_ == State::off ? pacing_.idle * 10 : pacing_.idle;
       cv_.wait_for(lock, pause, [&] { return stop_; });
       if (stop_) return;
     }
@@ -420,7 +454,7 @@ std::optional<StoreProtocol::Cause> StoreProtocol::wait_for_cause(std::int64_t n
       return std::nullopt;
     }
     if (monotonic_ns() >= deadline_ns) return std::nullopt;
-    sleep_for(kWaitPoll);
+    sleep_for(pacing_.wait);
   }
 }
 
@@ -428,21 +462,26 @@ std::optional<std::vector<std::string>> StoreProtocol::wait_merged(std::int64_t 
   for (;;) {
     if (const auto text = store_->get(key(n, "merged"))) return unpack(*text);
     if (monotonic_ns() >= until_ns) return std::nullopt;
-    sleep_for(kWaitPoll);
+    sleep_for(pacing_.wait);
   }
 }
 
-bool StoreProtocol::every_rank_answered(std::int64_t n) {
+bool StoreProtocol::every_rank_answered(std::int64_t n, std::vector<char>& answered) {
   const int size = id_.world_size;
   if (store_->add(key(n, "files"), 0) >= size) return true;
   if (store_->add("left", 0) == 0) return false;
-  // Some rank left: a rank whose session ended before dump n will never answer it.
+  // Some rank left: a rank whose session ended before dump n will never answer it. A rank seen to have answered
+  // (or left) stays so, and the look stops at the first that has not: a poll is a few requests, not two a rank.
+  answered.resize(static_cast<std::size_t>(size), 0);
   for (int r = 0; r < size; ++r) {
-    if (store_->get(key(n, fmt::format("file/{}", r)))) continue;
-    const auto left_at = store_->get(fmt::format("left/{}", r));
-    const auto reached = left_at ? to_int(*left_at) : std::nullopt;
-    if (reached && *reached <= n) continue;
-    return false;
+    char& known = answered[static_cast<std::size_t>(r)];
+    if (known) continue;
+    if (!store_->get(key(n, fmt::format("file/{}", r)))) {
+      const auto left_at = store_->get(fmt::format("left/{}", r));
+      const auto reached = left_at ? to_int(*left_at) : std::nullopt;
+      if (!reached || *reached > n) return false;
+    }
+    known = 1;
   }
   return true;
 }
@@ -523,7 +562,8 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       store_->set(key(n, fmt::format("file/{}", me)), mine);
       store_->add(key(n, "files"), 1);
     }
-    while (!every_rank_answered(n) && monotonic_ns() < deadline) sleep_for(kWaitPoll);
+    std::vector<char> answered;  // per rank: its file or its leave before dump n was seen
+    while (!every_rank_answered(n, answered) && monotonic_ns() < deadline) sleep_for(pacing_.wait);
     timeline.mark("every rank's file");
     int lowest = -1;
     for (int q = 0; q < me && lowest < 0; ++q) {
@@ -666,7 +706,7 @@ void StoreProtocol::leave_together() {
     for (;;) {
       ended = store_->add("ending", 0) + store_->add("left_early", 0);
       if (ended >= size || monotonic_ns() >= deadline) break;
-      sleep_for(kWaitPoll * 2);
+      sleep_for(pacing_.wait * 2);
     }
   } catch (const std::exception& e) {
     log().debug("the job's store at the end: {}", e.what());

@@ -3,7 +3,9 @@
 // docs/protocol.md, "Jobs without MPI", says what each key means and why; in short:
 //
 //   hello/R          rank R's settings that must agree, and (rank 0's) the run name and job id everyone adopts
-//   hellos           counter of those: the hellos are read once every rank has written its own
+//   hellos           counter of those: rank 0 reads the hellos once every rank has written its own
+//   agreement        rank 0's verdict: "ok", the run name and job id everyone adopts; or "off" and why (every rank
+//                    says it, and coordinates nothing)
 //   dN/trigger       counter: origins of dump N (the first one, which gets 1, writes the cause)
 //   dN/cause         the first origin's rank, kind, batch, figures and reason: every rank's file of dump N says so
 //   dN/file/R        rank R's rank-local file of dump N (written before anything waits on another rank)
@@ -18,9 +20,10 @@
 //   sW/file/R, sW/files  rank R's file of the snapshot window starting at batch W, and their count: the rank
 //                    whose add gives the world size merges them (nobody waits: a snapshot never holds a rank up)
 //
-// No collective: every step is a round trip to the store, polled until OOMFLIGHT_DUMP_TIMEOUT. A rank's history
-// reaches disk (its rank-local file) before it waits for anyone; the archive is a merge of those files, so a rank
-// that stalls or dies costs the others the deadline and its place in the archive, never their histories.
+// No collective: every step is a round trip to the store, polled until OOMFLIGHT_DUMP_TIMEOUT, at a pace that
+// bounds the whole job's requests (store_pacing.hpp). A rank's history reaches disk (its rank-local file) before it
+// waits for anyone; the archive is a merge of those files, so a rank that stalls or dies costs the others the
+// deadline and its place in the archive, never their histories.
 #pragma once
 
 #include <condition_variable>
@@ -39,6 +42,7 @@
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/control/store_client.hpp"
 #include "oomflight/record/recorder.hpp"
+#include "store_pacing.hpp"
 
 namespace oomflight {
 
@@ -99,7 +103,9 @@ class StoreProtocol {
   void end_on_sigterm();  // SIGTERM arrived: after the dump under way (or an exit dump), end as SIGTERM would
   void dump_on_sigusr1();
   bool state_off();  // SIGUSR1 arrived: a signal dump of every rank (at most one per signal_dump_interval)
-  bool try_agree(std::int64_t deadline_ns);  // false while hellos are missing before the deadline
+  bool try_agree(std::int64_t deadline_ns);  // false while hellos (rank 0) or the verdict (others) are missing
+  bool take_verdict(std::int64_t deadline_ns);  // ranks other than 0: rank 0's verdict, once it is there
+  void adopt_verdict(const std::vector<std::string>& verdict);  // {version, "ok", run, job} | {version, "off", why}
   bool wait_agreed(std::unique_lock<std::mutex>& lock);
   DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
                       const Cause& cause, std::int64_t start_ns);
@@ -111,7 +117,7 @@ class StoreProtocol {
   std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
   // The paths under `prefix`R for every rank R that this host can see (the others are named in the log).
   std::vector<std::string> visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks);
-  bool every_rank_answered(std::int64_t n);
+  bool every_rank_answered(std::int64_t n, std::vector<char>& answered);  // answered: what earlier looks saw
   // dN/merged's fields once it is there, or nullopt at `until_ns`.
   std::optional<std::vector<std::string>> wait_merged(std::int64_t n, std::int64_t until_ns);
   std::string merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks);
@@ -123,6 +129,7 @@ class StoreProtocol {
   Recorder& recorder_;
   DumpExecutor& executor_;
   std::unique_ptr<StoreClient> store_;
+  const StorePacing pacing_;  // how often this rank asks the store: bounded for the whole job (store_pacing.hpp)
   std::int64_t agree_deadline_ns_ = 0;
 
   std::mutex& files_mutex_;  // the session's; lock_files(); taken after mutex_ is released, never with it
