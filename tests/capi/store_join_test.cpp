@@ -268,6 +268,50 @@ TEST_F(StoreJoin, AnOomOnOneRankGivesOneArchiveOfEveryRank) {
   EXPECT_NE(log(1).find("archive " + a.path + " written by 3 of 3 ranks in "), std::string::npos) << log(1);
 }
 
+// Ranks of a data-parallel job run out of memory at the same step: a rank whose oom event is in its history when
+// another rank's cause arrives is an origin of that dump too (as under MPI), and its failing thread, asking after,
+// gets that archive rather than a second one.
+TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
+  const fs::path oom1 = dir_.path() / "oom1";
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(2, [&](int rank) {
+    if (rank == 1) {
+      oomflight_mark_batch(3);
+      oomflight_record(OOMFLIGHT_OOM, 0, 1000, 4096, 0, -1);  // its allocator's hook: 4 KiB asked, 1000 B free
+      std::ofstream(oom1) << "x";
+      wait_for(done);
+      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+      request.kind = OOMFLIGHT_DUMP_OOM;
+      request.reason = "torch.OutOfMemoryError on rank 1";
+      oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+      const int rc = oomflight_request_dump(&request, &result);
+      std::ofstream(dir_.path() / "rank1-result") << rc << "\n" << oomflight_last_dump_path();
+    } else {
+      wait_for(oom1);
+      oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
+      std::ofstream(done) << "x";
+    }
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  const Archive a = the_only_file(0);
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1})) << log(1);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_NE(a.header.reason.find("rank 0: CUDA out of memory (rank 0)"), std::string::npos) << a.header.reason;
+  EXPECT_NE(a.header.reason.find("rank 1: out of memory at batch 3: tried to allocate 4.00 KiB with 1000 B free"),
+            std::string::npos)
+      << a.header.reason;
+  int rc = -1;
+  std::string path;
+  std::ifstream in(dir_.path() / "rank1-result");
+  in >> rc >> path;
+  EXPECT_EQ(rc, OOMFLIGHT_OK);
+  EXPECT_EQ(path, a.path) << log(1);  // the same archive: its failure is in it
+  EXPECT_TRUE(log(1).find("rank 1 reports, after the dump that holds its failure: torch.OutOfMemoryError") !=
+                  std::string::npos ||
+              log(1).find("rank 1 reports, in the dump under way: torch.OutOfMemoryError") != std::string::npos)
+      << log(1);
+}
+
 // A rank whose session ended on an error before the dump is not waited for (the deadline is 60 s): the archive
 // names it.
 TEST_F(StoreJoin, ARankThatLeftOnAnErrorIsNotWaitedFor) {

@@ -230,6 +230,23 @@ std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins
   return fmt::format("{} asked for {} {} dump at batch {}", who, vowel ? "an" : "a", name, batch);
 }
 
+DumpRequest request_from_oom_event(const FrozenHistory& h) {
+  for (auto it = h.ring.events.rbegin(); it != h.ring.events.rend(); ++it) {
+    if (it->action == Action::oom) {
+      DumpRequest r;
+      r.reason = fmt::format("out of memory at batch {}: tried to allocate {} with {} free", it->batch,
+                             format_bytes(it->size), format_bytes(it->addr));
+      r.requested_bytes = it->size;
+      r.device_free_bytes = it->addr;
+      r.device = it->device;
+      return r;
+    }
+  }
+  DumpRequest r;
+  r.reason = "out of memory (the oom event is no longer in the ring)";
+  return r;
+}
+
 void announce_dump(const DumpRequest& request, int rank, std::int64_t batch) {
   const std::string what = dump_summary(request.kind, {rank}, batch, request.requested_bytes,
                                         request.device_free_bytes, request.numbers_from_message);

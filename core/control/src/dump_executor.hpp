@@ -97,4 +97,9 @@ std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins
 /// dump, info for the others). Both transports' origins call it first.
 void announce_dump(const DumpRequest& request, int rank, std::int64_t batch);
 
+/// The request of a rank that is an origin because its frozen history holds an oom event no dump has reported (its
+/// failing thread asks later, or during the dump another rank began): an oom dump of the newest oom event's device,
+/// with its requested and free bytes and a reason built from them. Both transports use it.
+DumpRequest request_from_oom_event(const FrozenHistory& h);
+
 }  // namespace oomflight

@@ -375,7 +375,25 @@ void StoreProtocol::watch() {
         FrozenHistory h = recorder_.freeze(-1);
         DumpRequest request;
         request.kind = cause.kind;
-        finish(run_dump(n, false, h, request, cause, start));
+        // An oom event no dump has reported makes this rank an origin too: ranks of a data-parallel job run out of
+        // memory at the same step, and one whose failing thread had not asked yet when the cause arrived is named
+        // with the first (its request, when it comes, finds its failure in this dump: request()).
+        bool is_origin = false;
+        {
+          std::lock_guard lock(mutex_);
+          is_origin = h.oom_events > oom_events_covered_;
+          if (is_origin) oom_events_covered_ = unclaimed_oom_events_ = h.oom_events;
+        }
+        if (is_origin) {
+          request = request_from_oom_event(h);
+          announce_dump(request, id_.rank, h.batch);
+          try {
+            store_->add(key(n, "trigger"), 1);
+          } catch (const std::exception& e) {
+            log().warn("the job's store: {}", e.what());
+          }
+        }
+        finish(run_dump(n, is_origin, h, request, cause, start));
       } catch (const std::exception& e) {
         DumpResult r;
         r.error = e.what();
@@ -392,9 +410,21 @@ void StoreProtocol::watch() {
 std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   if (!wait_agreed(lock) || stop_) return std::nullopt;
+  if (request.kind == DumpKind::oom && !dumping_ && unclaimed_oom_events_ > 0 &&
+      recorder_.oom_events() == unclaimed_oom_events_) {
+    // The dump that holds this failure (its oom event made this rank an origin on the watcher) ended before the
+    // failing thread asked: that dump is this request's answer, not a second archive of the same failure.
+    unclaimed_oom_events_ = 0;
+    if (!request.reason.empty()) {
+      log().error("rank {} reports, after the dump that holds its failure: {}", id_.rank, request.reason);
+    }
+    return last_result_;
+  }
   if (dumping_) {
-    // This rank's failure arrives during a dump already under way (its history is frozen in it): its words go to
-    // the log, where the job's own error follows.
+    // This rank's failure arrives during a dump already under way (its history is frozen in it, and names this
+    // rank an origin when its oom event came before the freeze): its words go to the log, where the job's own
+    // error follows.
+    if (request.kind == DumpKind::oom) unclaimed_oom_events_ = 0;
     if (!request.reason.empty()) log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
     const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });
     if (ended) return last_result_;
@@ -424,6 +454,11 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     }
     FrozenHistory h = recorder_.freeze(request.device);
     h.batch = cause.batch;
+    {
+      std::lock_guard guard(mutex_);
+      oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
+      unclaimed_oom_events_ = 0;
+    }
     if (order > 1) {
       // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file). It is
       // written right after its trigger, so this waits a round trip, at most a second.

@@ -140,6 +140,10 @@ class StoreProtocol {
   bool dumping_ = false;          // a dump is under way (dump number next_dump_)
   std::int64_t next_dump_ = 0;    // the number of the next dump; every rank counts alike
   DumpResult last_result_;
+  // Oom events already reported by a dump in which this rank was an origin; and those that made it one on the
+  // watcher, before its failing thread asked (that request is then answered by that dump, not a second one).
+  std::uint64_t oom_events_covered_ = 0;
+  std::uint64_t unclaimed_oom_events_ = 0;
   bool left_ = false;
   bool watcher_exited_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed

@@ -49,24 +49,6 @@ using protocol::Vote;
 using protocol::VoteSummary;
 using protocol::VoteSummaryHead;
 
-// The request of a rank that is an origin because its ring holds an oom event no dump has reported.
-DumpRequest request_from_oom_event(const FrozenHistory& h) {
-  for (auto it = h.ring.events.rbegin(); it != h.ring.events.rend(); ++it) {
-    if (it->action == Action::oom) {
-      DumpRequest r;
-      r.reason = fmt::format("out of memory at batch {}: tried to allocate {} with {} free", it->batch,
-                             format_bytes(it->size), format_bytes(it->addr));
-      r.requested_bytes = it->size;
-      r.device_free_bytes = it->addr;
-      r.device = it->device;
-      return r;
-    }
-  }
-  DumpRequest r;
-  r.reason = "out of memory (the oom event is no longer in the ring)";
-  return r;
-}
-
 // What a rank learns of its node's other ranks once, collectively over `comm`: their doorbells, and their processes
 // to watch for an end without a word (peer_processes.hpp). Any failure leaves the lists short, which only means
 // those ranks see triggers at their next poll, and their silent end is learnt at the deadline.
