@@ -138,6 +138,30 @@ class RealTrainers(unittest.TestCase):
         line = next(i for i, text in enumerate(LIGHTNING_FEEDS.splitlines(), 1) if "# FEED" in text)
         self.assertIn(f"training_step ({cwd / 'fit.py'}:{line})", report.stdout)
 
+    def test_under_oomflight_run_the_callbacks_settings_are_named_not_dropped(self):
+        # `oomflight run` started oomflight at `import torch`, before the callback: its settings (the snapshot
+        # schedule, the folder) cannot apply any more. The log names each one with the variable that gives it; set
+        # so, they apply, and nothing is said.
+        cwd = scratch()
+        (cwd / "fit.py").write_text(LIGHTNING)
+        out = run([CLI, "run", "--", PY, "fit.py"], cwd, child_env(), timeout=600)
+        self.assertEqual(out.returncode, 0, out.stderr[-5000:])
+        self.assertIn("batches 6 world 1", out.stdout)
+        said = [line for line in out.stderr.splitlines() if "the trainer callback's settings are not applied" in line]
+        self.assertEqual(len(said), 1, out.stderr[-3000:])
+        self.assertIn("set OOMFLIGHT_FOLDER=out OOMFLIGHT_SKIP_BATCHES=1 OOMFLIGHT_INTERVAL=2ba in every rank's "
+                      "environment", said[0])
+        self.assertFalse((cwd / "out").exists(), "no schedule was in force: no snapshot")
+
+        cwd = scratch()
+        (cwd / "fit.py").write_text(LIGHTNING)
+        env = child_env(OOMFLIGHT_SKIP_BATCHES="1", OOMFLIGHT_INTERVAL="2ba", OOMFLIGHT_FOLDER="out")
+        out = run([CLI, "run", "--", PY, "fit.py"], cwd, env, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stderr[-5000:])
+        self.assertNotIn("settings are not applied", out.stderr)
+        self.assertEqual([p.name for p in sorted((cwd / "out").glob("*.h5"))], ["snapshot.1.h5"], out.stderr[-3000:])
+        self.check_window(archive_summary(cwd / "out" / "snapshot.1.h5"), [0])
+
     @unittest.skipUnless(COMPOSER_PY, "TEST_COMPOSER_PYTHON names Composer's environment")
     def test_composer_fit_gives_one_snapshot_of_batches_1_to_2(self):
         env = child_env(PYTHONPATH=str(PYTHON_ROOT))  # Composer's torch is 2.7.0: the tree's package, no build

@@ -37,9 +37,11 @@ def start(settings: dict, run_name: str | None, install_torch: bool) -> None:
     setting or OOMFLIGHT_RUN_NAME (`oomflight run --run-name`) names the run. A process the callback started ends its
     session as its exit says: the library's exit handler (a status-0 exit leaves with the other ranks and finalises
     MPI, which mpirun needs; any other leaves at once), and an uncaught exception at once (docs/pytorch.md)."""
-    if run_name and "run_name" not in settings and not os.environ.get("OOMFLIGHT_RUN_NAME"):
-        settings = dict(settings, run_name=run_name)
-    if not oomflight.initialized():
+    if oomflight.initialized():
+        _say_what_is_not_applied(settings)
+    else:
+        if run_name and "run_name" not in settings and not os.environ.get("OOMFLIGHT_RUN_NAME"):
+            settings = dict(settings, run_name=run_name)
         oomflight.init(**settings)
         from oomflight import _autostart
 
@@ -52,3 +54,19 @@ def start(settings: dict, run_name: str | None, install_torch: bool) -> None:
         from oomflight import torch as oomflight_torch
 
         oomflight_torch.install(mark_batches=False)
+
+
+def _say_what_is_not_applied(settings: dict) -> None:
+    """oomflight already runs in this process (`oomflight run` started it at `import torch`, or the job called
+    init()): its settings were read then, and the callback's cannot change them now (the history's size, the
+    schedule every rank agreed on). Each one that differs from what the session took from the environment is named
+    once, with the variable that gives it, rather than dropped in silence."""
+    variables = oomflight.settings_to_variables(**settings)
+    ignored = [(name, text) for name, text in variables.items() if os.environ.get(name) != text]
+    if not ignored:
+        return
+    listed = " ".join(f"{name}={text}" for name, text in ignored)
+    oomflight.log("warn", f"the trainer callback's settings are not applied: oomflight was already started in this "
+                          f"process (by `oomflight run` or an earlier init) with the environment's; to use them, set "
+                          f"{listed} in every rank's environment (export them before the launcher; mpirun -x "
+                          f"NAME on other nodes)")
