@@ -87,12 +87,15 @@ def init(**settings: object) -> None:
     with _state_lock:
         _capi.check(_capi.library().oomflight_init_settings(names, values, len(variables)))
         _initialized = True
+    global _given_settings
+    _given_settings = variables
     global _caller_stacks
     _caller_stacks = (variables.get("OOMFLIGHT_STACKS") or _os.environ.get("OOMFLIGHT_STACKS", "")) != "off"
     _stack_ids.clear()  # a new session's stack table
 
 
 _started_by = ""  # what started oomflight by itself (oomflight.torch.install); "" when the job called init()
+_given_settings: dict[str, str] = {}  # the session's keyword settings, as OOMFLIGHT_* texts (the rest: the environment)
 
 
 def initialized() -> bool:

@@ -140,10 +140,12 @@ class RealTrainers(unittest.TestCase):
 
     def test_under_oomflight_run_the_callbacks_settings_are_named_not_dropped(self):
         # `oomflight run` started oomflight at `import torch`, before the callback: its settings (the snapshot
-        # schedule, the folder) cannot apply any more. The log names each one with the variable that gives it; set
-        # so, they apply, and nothing is said.
+        # schedule, the folder) cannot apply any more. The log names each one once (the script fits twice, so the
+        # callback starts twice) with the variable that gives it; set so, they apply, and nothing is said; nor when
+        # the callback itself started the session for the first fit.
+        twice = LIGHTNING + "trainer.fit(Tiny(), data)  # a second fit: the callback's setup runs again\n"
         cwd = scratch()
-        (cwd / "fit.py").write_text(LIGHTNING)
+        (cwd / "fit.py").write_text(twice)
         out = run([CLI, "run", "--", PY, "fit.py"], cwd, child_env(), timeout=600)
         self.assertEqual(out.returncode, 0, out.stderr[-5000:])
         self.assertIn("batches 6 world 1", out.stdout)
@@ -153,14 +155,29 @@ class RealTrainers(unittest.TestCase):
                       "environment", said[0])
         self.assertFalse((cwd / "out").exists(), "no schedule was in force: no snapshot")
 
-        cwd = scratch()
-        (cwd / "fit.py").write_text(LIGHTNING)
-        env = child_env(OOMFLIGHT_SKIP_BATCHES="1", OOMFLIGHT_INTERVAL="2ba", OOMFLIGHT_FOLDER="out")
-        out = run([CLI, "run", "--", PY, "fit.py"], cwd, env, timeout=600)
-        self.assertEqual(out.returncode, 0, out.stderr[-5000:])
-        self.assertNotIn("settings are not applied", out.stderr)
-        self.assertEqual([p.name for p in sorted((cwd / "out").glob("*.h5"))], ["snapshot.1.h5"], out.stderr[-3000:])
-        self.check_window(archive_summary(cwd / "out" / "snapshot.1.h5"), [0])
+        for how, env, args in (
+                ("set in the environment", child_env(OOMFLIGHT_SKIP_BATCHES="1", OOMFLIGHT_INTERVAL="2ba",
+                                                     OOMFLIGHT_FOLDER="out", OOMFLIGHT_OVERWRITE="false"),
+                 [CLI, "run", "--", PY, "fit.py"]),
+                ("started by the callback", child_env(), [PY, "fit.py"])):
+            cwd = scratch()
+            (cwd / "fit.py").write_text(twice)
+            out = run(args, cwd, env, timeout=600)
+            self.assertEqual(out.returncode, 0, out.stderr[-5000:])
+            self.assertNotIn("settings are not applied", out.stderr, how)
+            self.assertEqual([p.name for p in sorted((cwd / "out").glob("*.h5"))], ["snapshot.1.h5"], how)
+            self.check_window(archive_summary(cwd / "out" / "snapshot.1.h5"), [0])
+
+    def test_the_callbacks_defaults_are_the_librarys(self):
+        # _common.DEFAULTS decides that a callback argument equal to the default in force is applied: it must be
+        # what `oomflight config` says the defaults are.
+        from oomflight.integrations import _common
+
+        out = run([CLI, "config"], scratch(), child_env())
+        self.assertEqual(out.returncode, 0, out.stderr)
+        for name, default in _common.DEFAULTS.items():
+            line = next(text for text in out.stdout.splitlines() if text.startswith(name + " "))
+            self.assertEqual(line.split()[3], default, line)
 
     @unittest.skipUnless(COMPOSER_PY, "TEST_COMPOSER_PYTHON names Composer's environment")
     def test_composer_fit_gives_one_snapshot_of_batches_1_to_2(self):

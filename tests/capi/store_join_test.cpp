@@ -40,6 +40,9 @@ bool g_die_at_claim = false;
 // Every request this process made of its store: what a test of the store's load counts.
 std::atomic<long> g_requests{0};
 
+// Called with each key this process sets (before the set), when a test gives it: what acts at one step of a dump.
+void (*g_on_set)(const char* key) = nullptr;
+
 // A store in a folder: one file per key ('/' in a key becomes '%').
 struct FolderStore {
   fs::path dir;
@@ -50,6 +53,7 @@ struct FolderStore {
   }
   static int set(void* user, const char* key, const void* value, size_t size) {
     ++g_requests;
+    if (g_on_set != nullptr) g_on_set(key);
     const auto& s = *static_cast<FolderStore*>(user);
     const fs::path tmp = s.file(key).string() + ".tmp" + std::to_string(getpid());
     std::ofstream(tmp, std::ios::binary).write(static_cast<const char*>(value), static_cast<std::streamsize>(size));
@@ -67,7 +71,7 @@ struct FolderStore {
   }
   static int add(void* user, const char* key, int64_t delta, int64_t* value) {
     if (g_die_at_claim && std::strcmp(key, "d0/claim") == 0) raise(SIGKILL);
-    ++g_requests;  // and the set below
+    // One request, counted by the set below.
     const auto& s = *static_cast<FolderStore*>(user);
     const int lock = open((s.dir / "lock").c_str(), O_CREAT | O_RDWR, 0600);
     flock(lock, LOCK_EX);
@@ -137,6 +141,23 @@ class StoreJoin : public ::testing::Test {
       }
     });
   }
+  // `world` ranks: rank `origin` runs out of memory `pause` after its join; the others wait until its dump returned.
+  std::vector<int> oom_on(int world, int origin, std::chrono::milliseconds pause,
+                          const std::function<void(int)>& before_init) {
+    const fs::path done = dir_.path() / "done";
+    return run_ranks(
+        world,
+        [&](int rank) {
+          if (rank != origin) {
+            wait_for(done);
+            return;
+          }
+          std::this_thread::sleep_for(pause);
+          oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+          std::ofstream(done) << "x";
+        },
+        before_init);
+  }
   fs::path store_dir() const { return dir_.path() / "store"; }
   std::string log_path(int rank) const { return (dir_.path() / ("rank" + std::to_string(rank) + ".log")).string(); }
   std::string log(int rank) const {
@@ -203,7 +224,7 @@ TEST_F(StoreJoin, AnIdleRankOfALargeJobAsksTheStoreRarely) {
     long idle = -1;
     std::ifstream(dir_.path() / ("requests" + std::to_string(rank))) >> idle;
     EXPECT_GE(idle, 1) << "rank " << rank << " never looked";  // it does poll: 4 looks in 2 s
-    EXPECT_LE(idle, 6) << "rank " << rank;  // a 10 ms poll made 378 (rank 0) and 195 (rank 1)
+    EXPECT_LE(idle, 6) << "rank " << rank;  // a 10 ms poll made about 200 each
   }
 }
 
@@ -239,6 +260,24 @@ TEST_F(StoreJoin, WithoutRankZeroARankSaysSoAndDumpsAlone) {
   const Archive a = read_archive(files[0].string());
   EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{1}));
   EXPECT_EQ(a.events.size(), 2u);  // its allocation and its OOM
+}
+
+// A rank that gave up waiting for rank 0's verdict (rank 0 joined more than two deadlines after it) still adopts
+// it when it comes: it is in the dumps the others coordinate, not left out of them for the rest of the job.
+TEST_F(StoreJoin, ARankThatGaveUpOnRankZeroAdoptsItsLateAgreement) {
+  const auto statuses = oom_on(
+      2, 0, std::chrono::milliseconds(500),
+      [](int rank) {
+        setenv("OOMFLIGHT_DUMP_TIMEOUT", "1s", 1);
+        if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2600));  // rank 1 gives up at 2 s
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  EXPECT_NE(log(1).find("rank 0 did not publish the ranks' agreement within 2.000 s"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("rank 0's agreement came after this rank's deadline; it holds from now on"),
+            std::string::npos)
+      << log(1);
+  const Archive a = the_only_file(0);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1})) << log(0) << log(1);
 }
 
 // Rank 1 of 3 runs out of memory: every rank's history is in one archive (origin 1, its reason), nothing else is left.
@@ -306,9 +345,59 @@ TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
   in >> rc >> path;
   EXPECT_EQ(rc, OOMFLIGHT_OK);
   EXPECT_EQ(path, a.path) << log(1);  // the same archive: its failure is in it
+  // The one summary line (rank 0's: the cause's origin) names every origin the archive names.
+  EXPECT_NE(log(0).find("ranks 0, 1 out of memory at batch -1 (requested 1 B, 1 B free); archive " + a.path +
+                        " written by 2 of 2 ranks"),
+            std::string::npos)
+      << log(0);
   EXPECT_TRUE(log(1).find("rank 1 reports, after the dump that holds its failure: torch.OutOfMemoryError") !=
                   std::string::npos ||
               log(1).find("rank 1 reports, in the dump under way: torch.OutOfMemoryError") != std::string::npos)
+      << log(1);
+}
+
+// A rank whose own out-of-memory error comes after its history was frozen for another rank's dump is not in that
+// archive: once it is written, a dump of its own follows, which names it (and holds its oom event).
+TEST_F(StoreJoin, AnOomAfterThisRanksFreezeGetsADumpOfItsOwn) {
+  const fs::path started = dir_.path() / "started";
+  const fs::path late = dir_.path() / "late";
+  const auto statuses = run_ranks(
+      2,
+      [&](int rank) {
+        if (rank == 0) {
+          wait_for(started);
+          oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
+        }
+        wait_for(late);  // rank 1's own dump is over: both ranks answered it
+      },
+      [&](int rank) {
+        if (rank != 1) return;
+        std::ofstream(started) << "x";
+        // Rank 1's watcher says its file of dump 0 is written (after its freeze): now its own failure comes.
+        g_on_set = [](const char* key) {
+          if (std::strcmp(key, "d0/file/1") != 0) return;
+          std::thread([] {
+            oomflight_trigger_oom(0, "CUDA out of memory (rank 1, late)", 2048, 7);
+            std::ofstream(std::getenv("TEST_LATE_MARKER")) << "x";
+          }).detach();
+        };
+        setenv("TEST_LATE_MARKER", (dir_.path() / "late").c_str(), 1);
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  const auto files = test::files_with_suffix(dir_.path() / "out", ".h5");
+  ASSERT_EQ(files.size(), 2u) << log(1);
+  std::vector<Archive> archives;
+  for (const auto& f : files) archives.push_back(read_archive(f.string()));
+  std::sort(archives.begin(), archives.end(),
+            [](const Archive& x, const Archive& y) { return x.header.dump_number < y.header.dump_number; });
+  EXPECT_EQ(archives[0].header.origin_ranks, (std::vector<std::int32_t>{0}));
+  EXPECT_EQ(archives[1].header.origin_ranks, (std::vector<std::int32_t>{1}));
+  EXPECT_NE(archives[1].header.reason.find("rank 1: CUDA out of memory (rank 1, late)"), std::string::npos)
+      << archives[1].header.reason;
+  for (const Archive& a : archives) EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_NE(log(1).find("rank 1's failure came after its history was frozen for the dump under way; a dump of its "
+                        "own follows"),
+            std::string::npos)
       << log(1);
 }
 
@@ -356,20 +445,10 @@ TEST_F(StoreJoin, ARankThatEndsNormallyStillAnswersUntilEveryRankEnds) {
 // The merging rank dies as it claims the merge: after one more deadline the first waiter merges instead, and the
 // dead rank's history (on disk before its claim) is in the archive too.
 TEST_F(StoreJoin, WhenTheMergingRankDiesAWaiterMerges) {
-  const fs::path done = dir_.path() / "done";
-  const auto statuses = run_ranks(
-      3,
-      [&](int rank) {
-        if (rank == 0) g_die_at_claim = true;
-        if (rank == 1) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
-          std::ofstream(done) << "x";
-        } else {
-          wait_for(done);
-        }
-      },
-      [](int) { setenv("OOMFLIGHT_DUMP_TIMEOUT", "2s", 1); });
+  const auto statuses = oom_on(3, 1, std::chrono::milliseconds(200), [](int rank) {
+    setenv("OOMFLIGHT_DUMP_TIMEOUT", "2s", 1);
+    if (rank == 0) g_die_at_claim = true;
+  });
   EXPECT_EQ(statuses, (std::vector<int>{128 + SIGKILL, 0, 0}));
   // The archive, and the dead rank's own file (only a rank removes its own: the others cannot know it is dead).
   std::vector<fs::path> archives, rank_files;

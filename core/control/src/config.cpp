@@ -184,7 +184,8 @@ std::vector<OptionSpec> make_table() {
        }},
       {"OOMFLIGHT_DUMP_TIMEOUT", "duration", "30s",
        "Deadline for all ranks to agree on a dump; after it each rank's rank-local file is the result. No process "
-       "waits more than 3 x this for a dump, even when a rank stalls inside the collective write.",
+       "waits more than 3 x this for a dump, even when a rank stalls inside the collective write (under torchrun, a "
+       "dump asked for before the ranks' start-up agreement first waits for it, up to 2 x this).",
        [](Config& c, std::string_view v) { c.dump_timeout = parse_positive_duration(v, std::chrono::hours(1)); }},
       {"OOMFLIGHT_ARCHIVE_STRIPES", "string", "auto",
        "How many stripes (servers) the archive asks a parallel file system for, through the MPI library's "

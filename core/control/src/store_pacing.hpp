@@ -10,8 +10,8 @@
 //
 // So the ranks together ask at most kIdleRequestsPerSecond times a second while idle, and kWaitRequestsPerSecond
 // times a second while they wait for one another during a dump; a rank never polls faster than the configured floor
-// (OOMFLIGHT_POLL_INTERVAL when idle, 5 ms in a dump). Up to 20 ranks that is the floor itself; at 512 ranks a
-// trigger reaches an idle rank within 256 ms (where the store path's serial merge of every rank's file is the larger
+// (OOMFLIGHT_POLL_INTERVAL when idle, 5 ms in a dump). Up to 20 ranks idle and 25 in a dump that is the floor
+// itself; at 512 ranks a trigger reaches an idle rank within 256 ms (where the store path's serial merge of every rank's file is the larger
 // cost: docs/scale.md).
 #pragma once
 
@@ -22,7 +22,7 @@ namespace oomflight {
 
 struct StorePacing {
   std::chrono::milliseconds idle;  ///< between an idle watcher's looks for a dump (and for the hellos at start)
-  std::chrono::milliseconds wait;  ///< between a waiting rank's looks for other ranks' keys during a dump
+  std::chrono::milliseconds wait;  ///< between a waiting rank's looks (two requests) for others' keys in a dump
 };
 
 inline constexpr int kIdleRequestsPerSecond = 2000;
@@ -35,8 +35,9 @@ inline StorePacing store_pacing(std::chrono::milliseconds poll_interval, int wor
     // world_size / per_second seconds, in ms, rounded up: the ranks together stay at or below per_second.
     return std::chrono::milliseconds((static_cast<long long>(world_size) * 1000 + per_second - 1) / per_second);
   };
+  // A wait poll makes up to two requests (every_rank_answered: the files' count, then the leavers'); an idle one.
   return {std::max(poll_interval, spread(kIdleRequestsPerSecond)),
-          std::max(kWaitPollFloor, spread(kWaitRequestsPerSecond))};
+          std::max(kWaitPollFloor, spread(kWaitRequestsPerSecond / 2))};
 }
 
 }  // namespace oomflight

@@ -189,6 +189,7 @@ bool StoreProtocol::take_verdict(std::int64_t deadline_ns) {
   const auto text = store_->get("agreement");
   if (!text) {
     if (monotonic_ns() < deadline_ns) return false;
+    verdict_late_ = true;  // the watcher still looks for it, slowly
     adopt_verdict({std::to_string(kHelloVersion), "off",
                    fmt::format("rank 0 did not publish the ranks' agreement within {} (2 x OOMFLIGHT_DUMP_TIMEOUT)",
                                format_seconds(2.0 * static_cast<double>(config_.dump_timeout.count()) / 1000.0))});
@@ -309,20 +310,45 @@ void StoreProtocol::merge_snapshot(std::int64_t first_batch, std::int64_t last_b
 
 void StoreProtocol::watch() {
   int failures = 0;
+  std::int64_t next_store_ns = 0;  // when the store is asked next: at the job's pace (store_pacing.hpp)
   for (;;) {
     end_on_sigterm();
     {
+      // The signals are looked at every OOMFLIGHT_POLL_INTERVAL, whatever the store's pace: a SIGTERM is acted on
+      // at once at any scale (torchrun's SIGKILL follows 30 s later).
       std::unique_lock lock(mutex_);
-      // After a failure of the store, back off: a store that went away must not cost a core. Off (the ranks did
-      // not agree), only SIGTERM is still watched.
-      const auto pause = failures > 0 || state_ == State::off ? pacing_.idle * 10 : pacing_.idle;
-      cv_.wait_for(lock, pause, [&] { return stop_; });
+      cv_.wait_for(lock, config_.poll_interval, [&] { return stop_; });
       if (stop_) return;
     }
+    const std::int64_t now = monotonic_ns();
     if (state_off()) {
       dump_on_sigusr1();  // says that it cannot
+      if (verdict_late_ && now >= next_store_ns) {
+        // This rank gave up on rank 0's verdict; rank 0 may still publish one (it started late): adopt it then, or
+        // this rank would stay out of every dump the others coordinate.
+        next_store_ns = now + to_ns(pacing_.idle * 10);
+        try {
+          if (store_->get("agreement")) {
+            verdict_late_ = false;
+            log().info("rank 0's agreement came after this rank's deadline; it holds from now on");
+            take_verdict(now);  // adopts it: coordinated from now on, or off for rank 0's reason
+            cv_.notify_all();
+          }
+        } catch (const std::exception& e) {
+          log().debug("the job's store: {}", e.what());
+        }
+      }
       continue;
     }
+    bool agreed_now = false;
+    {
+      std::lock_guard lock(mutex_);
+      agreed_now = state_ == State::agreed;
+    }
+    if (agreed_now) dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
+    if (now < next_store_ns) continue;
+    // After a failure of the store, back off: a store that went away must not cost a core.
+    next_store_ns = now + to_ns(failures > 0 ? pacing_.idle * 10 : pacing_.idle);
     try {
       State state;
       {
@@ -334,7 +360,6 @@ void StoreProtocol::watch() {
         failures = 0;
         continue;
       }
-      dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
       std::int64_t n = 0;
       {
         std::lock_guard lock(mutex_);
@@ -382,7 +407,8 @@ void StoreProtocol::watch() {
         {
           std::lock_guard lock(mutex_);
           is_origin = h.oom_events > oom_events_covered_;
-          if (is_origin) oom_events_covered_ = unclaimed_oom_events_ = h.oom_events;
+          if (is_origin) oom_events_covered_ = h.oom_events;
+          unclaimed_oom_events_ = is_origin ? h.oom_events : 0;  // a request waiting on this dump clears it after
         }
         if (is_origin) {
           request = request_from_oom_event(h);
@@ -403,6 +429,7 @@ void StoreProtocol::watch() {
       end_on_sigterm();
     } catch (const std::exception& e) {
       if (failures++ % 100 == 0) log().warn("the store transport's watcher: {}", e.what());
+      next_store_ns = monotonic_ns() + to_ns(pacing_.idle * 10);
     }
   }
 }
@@ -410,8 +437,30 @@ void StoreProtocol::watch() {
 std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   if (!wait_agreed(lock) || stop_) return std::nullopt;
-  if (request.kind == DumpKind::oom && !dumping_ && unclaimed_oom_events_ > 0 &&
-      recorder_.oom_events() == unclaimed_oom_events_) {
+  bool waited = false;
+  while (dumping_) {
+    // This rank's failure arrives during a dump already under way (which names this rank an origin when its oom
+    // event came before its freeze): its words go to the log, where the job's own error follows.
+    if (!waited && !request.reason.empty()) {
+      log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
+    }
+    waited = true;
+    if (!cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; })) {
+      DumpResult r;
+      r.kind = request.kind;
+      r.error = "the dump under way did not end within 3 x OOMFLIGHT_DUMP_TIMEOUT";
+      return r;
+    }
+  }
+  if (waited) {
+    if (request.kind == DumpKind::oom) unclaimed_oom_events_ = 0;  // the dump it waited for answers it
+    if (request.kind != DumpKind::oom || recorder_.oom_events() <= oom_events_covered_) return last_result_;
+    // Its oom event came after this rank's history was frozen for that dump: no archive holds it yet.
+    log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
+               "follows",
+               id_.rank);
+  } else if (request.kind == DumpKind::oom && unclaimed_oom_events_ > 0 &&
+             recorder_.oom_events() == unclaimed_oom_events_) {
     // The dump that holds this failure (its oom event made this rank an origin on the watcher) ended before the
     // failing thread asked: that dump is this request's answer, not a second archive of the same failure.
     unclaimed_oom_events_ = 0;
@@ -419,19 +468,6 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
       log().error("rank {} reports, after the dump that holds its failure: {}", id_.rank, request.reason);
     }
     return last_result_;
-  }
-  if (dumping_) {
-    // This rank's failure arrives during a dump already under way (its history is frozen in it, and names this
-    // rank an origin when its oom event came before the freeze): its words go to the log, where the job's own
-    // error follows.
-    if (request.kind == DumpKind::oom) unclaimed_oom_events_ = 0;
-    if (!request.reason.empty()) log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
-    const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });
-    if (ended) return last_result_;
-    DumpResult r;
-    r.kind = request.kind;
-    r.error = "the dump under way did not end within 3 x OOMFLIGHT_DUMP_TIMEOUT";
-    return r;
   }
   dumping_ = true;
   const std::int64_t n = next_dump_;
@@ -550,8 +586,11 @@ std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t bat
   try {
     const std::string path = executor_.archive_path(kind, batch);
     const auto lock = lock_files();
-    merge_archives(files, path);
-    return pack({"ok", path, fmt::format("{}", fmt::join(*ranks, ","))});
+    const ArchiveHeader merged = merge_archives(files, path);
+    // The archive's origins are the union of the files' (a rank may have become one after the cause was written):
+    // every rank's summary and result name them all.
+    return pack({"ok", path, fmt::format("{}", fmt::join(*ranks, ",")),
+                 fmt::format("{}", fmt::join(merged.origin_ranks, ","))});
   } catch (const std::exception& e) {
     log().error("cannot merge the ranks' files into one archive: {}", e.what());
     return pack({"failed", e.what()});
@@ -634,16 +673,25 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
               timeline.text());
 
   // 3. The archive, if this rank is in it; else this rank's own file is the result.
-  if (merged && merged->size() == 3 && (*merged)[0] == "ok") {
-    merged_ranks.clear();
-    for (std::size_t at = 0; at < (*merged)[2].size();) {
-      const std::size_t comma = std::min((*merged)[2].find(',', at), (*merged)[2].size());
-      if (const auto v = to_int((*merged)[2].substr(at, comma - at))) merged_ranks.push_back(static_cast<int>(*v));
+  const auto rank_list = [](const std::string& text) {
+    std::vector<std::int32_t> list;
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t comma = std::min(text.find(',', at), text.size());
+      if (const auto v = to_int(text.substr(at, comma - at))) list.push_back(static_cast<std::int32_t>(*v));
       at = comma + 1;
     }
+    return list;
+  };
+  const bool merged_ok = merged && merged->size() == 4 && (*merged)[0] == "ok";
+  if (merged_ok) {
+    merged_ranks = rank_list((*merged)[2]);
+    if (auto all = rank_list((*merged)[3]); !all.empty()) {
+      origins = std::move(all);
+      r.origin_ranks.assign(origins.begin(), origins.end());
+    }
   }
-  const bool in_archive = merged && merged->size() == 3 && (*merged)[0] == "ok" &&
-                          std::find(merged_ranks.begin(), merged_ranks.end(), me) != merged_ranks.end();
+  const bool in_archive =
+      merged_ok && std::find(merged_ranks.begin(), merged_ranks.end(), me) != merged_ranks.end();
   const std::string what = dump_summary(cause.kind, origins, cause.batch, cause.requested_bytes,
                                         cause.device_free_bytes, cause.numbers_from_message);
   const bool speaks = is_origin && me == cause.origin;  // one line per dump, from the origin that named it
@@ -698,7 +746,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   if (r.error.empty()) {
     const std::string detail = merged && merged->size() > 1 ? (*merged)[1] : "";
     r.error = !merged                ? "no rank merged the histories into one archive in time"
-              : (*merged)[0] == "ok" ? "this rank's history came too late for the archive " + detail
+              : merged_ok            ? "this rank's history came too late for the archive " + detail
                                      : "the merge into one archive failed: " + detail;
   }
   r.seconds = seconds_since(start_ns);

@@ -60,9 +60,11 @@ class StoreProtocol {
   StoreProtocol& operator=(const StoreProtocol&) = delete;
 
   /// A dump that this rank asks for: freezes its history, makes every rank dump, returns once the archive has its
-  /// name, this rank's rank-local file is the result, or 3 x OOMFLIGHT_DUMP_TIMEOUT has passed. A request while a
-  /// dump is under way joins it (returns its result). nullopt when the ranks never agreed at start (the caller
-  /// dumps this rank alone). Thread-safe; never throws.
+  /// name, this rank's rank-local file is the result, or 3 x OOMFLIGHT_DUMP_TIMEOUT has passed (a request before
+  /// the ranks' start-up agreement first waits for it: up to 2 x OOMFLIGHT_DUMP_TIMEOUT from the join). A request
+  /// while a dump is under way waits for it and returns its result, unless its own oom event came after this
+  /// rank's freeze for it (then a dump of its own follows). nullopt when the ranks never agreed at start (the
+  /// caller dumps this rank alone). Thread-safe; never throws.
   std::optional<DumpResult> request(const DumpRequest& request);
 
   /// The lock every HDF5 use of a joined process takes (Debian's HDF5 is not built thread-safe, and the store path
@@ -144,6 +146,7 @@ class StoreProtocol {
   // watcher, before its failing thread asked (that request is then answered by that dump, not a second one).
   std::uint64_t oom_events_covered_ = 0;
   std::uint64_t unclaimed_oom_events_ = 0;
+  bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool watcher_exited_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed

@@ -56,17 +56,41 @@ def start(settings: dict, run_name: str | None, install_torch: bool) -> None:
         oomflight_torch.install(mark_batches=False)
 
 
+# The defaults of the settings the callbacks name (`oomflight config` prints them all; python.torch_trainers checks
+# these against it), so that a callback argument equal to the default in force is not reported as not applied.
+DEFAULTS = {"OOMFLIGHT_MAX_ENTRIES": "100000", "OOMFLIGHT_FOLDER": "{run_name}/oomflight", "OOMFLIGHT_OVERWRITE": "0"}
+_BOOLEANS = {"OOMFLIGHT_ENABLED", "OOMFLIGHT_OVERWRITE", "OOMFLIGHT_KEEP_RANK_FILES", "OOMFLIGHT_DUMP_ON_EXIT"}
+_named = False  # the warning was given (once a process)
+
+
+def _normal(name: str, text: str | None) -> str | None:
+    """A setting's text as the library reads it, for comparing: booleans as 1/0 (parse_bool's words)."""
+    if text is None or name not in _BOOLEANS:
+        return text
+    low = text.strip().lower()
+    return "1" if low in ("1", "true", "yes", "on") else "0" if low in ("0", "false", "no", "off") else text
+
+
 def _say_what_is_not_applied(settings: dict) -> None:
-    """oomflight already runs in this process (`oomflight run` started it at `import torch`, or the job called
-    init()): its settings were read then, and the callback's cannot change them now (the history's size, the
-    schedule every rank agreed on). Each one that differs from what the session took from the environment is named
-    once, with the variable that gives it, rather than dropped in silence."""
-    variables = oomflight.settings_to_variables(**settings)
-    ignored = [(name, text) for name, text in variables.items() if os.environ.get(name) != text]
+    """oomflight already runs in this process (`oomflight run` started it at `import torch`, the job called init(),
+    or this callback did for an earlier fit): its settings were read then, and the callback's cannot change them
+    now (the history's size, the schedule every rank agreed on). Each one that differs from what is in force (the
+    session's keyword settings, else the environment, else the default) is named once a process, with the variable
+    that gives it, rather than dropped in silence."""
+    global _named
+    if _named:
+        return
+    in_force = dict(DEFAULTS)
+    in_force.update({k: v for k, v in os.environ.items() if k.startswith("OOMFLIGHT_")})
+    in_force.update(oomflight._given_settings)
+    wanted = oomflight.settings_to_variables(**settings)
+    ignored = [(name, text) for name, text in wanted.items()
+               if _normal(name, text) != _normal(name, in_force.get(name))]
     if not ignored:
         return
+    _named = True
     listed = " ".join(f"{name}={text}" for name, text in ignored)
     oomflight.log("warn", f"the trainer callback's settings are not applied: oomflight was already started in this "
-                          f"process (by `oomflight run` or an earlier init) with the environment's; to use them, set "
+                          f"process (by `oomflight run` or an earlier init) with other settings; to use them, set "
                           f"{listed} in every rank's environment (export them before the launcher; mpirun -x "
                           f"NAME on other nodes)")
