@@ -187,9 +187,10 @@ void Session::take_snapshot(const SnapshotWindow& window) {
                         .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
                         .collectives = window_collectives, .communicators = h.communicators};
     StoreProtocol* store = store_view_.load(std::memory_order_acquire);
+    const bool joined = store != nullptr && store->agreed();  // asked before the files' lock: never with it
     // A failing thread's dump_alone, or a joined rank's watcher, may be in HDF5 meanwhile.
     std::unique_lock<std::mutex> files(files_mutex_);
-    if (store != nullptr && store->agreed()) {
+    if (joined) {
       // Joined through the job's store: this rank's window in its rank-local file, here (as one process writes its
       // snapshot here); the rank whose file completes the window merges them on its watcher, so that no training
       // thread waits for another rank.
