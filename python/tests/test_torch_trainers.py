@@ -157,7 +157,7 @@ class RealTrainers(unittest.TestCase):
 
         for how, env, args in (
                 ("set in the environment", child_env(OOMFLIGHT_SKIP_BATCHES="1", OOMFLIGHT_INTERVAL="2ba",
-                                                     OOMFLIGHT_FOLDER="out", OOMFLIGHT_OVERWRITE="false"),
+                                                     OOMFLIGHT_FOLDER="out/", OOMFLIGHT_OVERWRITE="false"),
                  [CLI, "run", "--", PY, "fit.py"]),
                 ("started by the callback", child_env(), [PY, "fit.py"])):
             cwd = scratch()

@@ -46,7 +46,9 @@ TEST(Config, ReadsValues) {
   const Config c = from({{"OOMFLIGHT_MAX_ENTRIES", "4096"},
                          {"OOMFLIGHT_DUMP_TIMEOUT", "2s"},
                          {"OOMFLIGHT_RUN_NAME", "llama"},
-                         {"OOMFLIGHT_OVERWRITE", "yes"}});
+                         {"OOMFLIGHT_OVERWRITE", "yes"},
+                         {"OOMFLIGHT_FOLDER", "out/{kind}//"}});  // a folder may end in '/', as people write one
+  EXPECT_EQ(c.folder.text(), "out/{kind}");
   EXPECT_EQ(c.max_entries, 4096u);
   EXPECT_EQ(c.dump_timeout.count(), 2000);
   EXPECT_EQ(c.run_name, "llama");

@@ -166,7 +166,11 @@ std::vector<OptionSpec> make_table() {
        }},
       {"OOMFLIGHT_FOLDER", "template", "{run_name}/oomflight",
        "Folder for archives and rank-local files, relative to the working directory.",
-       [](Config& c, std::string_view v) { c.folder = parse_file_template(v, true); }},
+       [](Config& c, std::string_view v) {
+         // A folder may end in '/' (as people write one: "out/"); the names under it add their own.
+         while (v.size() > 1 && v.back() == '/') v.remove_suffix(1);
+         c.folder = parse_file_template(v, true);
+       }},
       {"OOMFLIGHT_FILENAME", "template", "{kind}.{batch}.h5",
        "Name of the archive all ranks write together. No per-rank placeholders. {kind} must be in it or in "
        "OOMFLIGHT_FOLDER: archives of different kinds never share a file.",

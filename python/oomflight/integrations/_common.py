@@ -64,8 +64,13 @@ _named = False  # the warning was given (once a process)
 
 
 def _normal(name: str, text: str | None) -> str | None:
-    """A setting's text as the library reads it, for comparing: booleans as 1/0 (parse_bool's words)."""
-    if text is None or name not in _BOOLEANS:
+    """A setting's text as the library reads it, for comparing: booleans as 1/0 (parse_bool's words), a folder
+    without a trailing '/'."""
+    if text is None:
+        return text
+    if name == "OOMFLIGHT_FOLDER":
+        return text.rstrip("/") or text
+    if name not in _BOOLEANS:
         return text
     low = text.strip().lower()
     return "1" if low in ("1", "true", "yes", "on") else "0" if low in ("0", "false", "no", "off") else text
