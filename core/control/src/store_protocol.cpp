@@ -459,15 +459,8 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
                "follows",
                id_.rank);
-  } else if (request.kind == DumpKind::oom && unclaimed_oom_events_ > 0 &&
-             recorder_.oom_events() == unclaimed_oom_events_) {
-    // The dump that holds this failure (its oom event made this rank an origin on the watcher) ended before the
-    // failing thread asked: that dump is this request's answer, not a second archive of the same failure.
-    unclaimed_oom_events_ = 0;
-    if (!request.reason.empty()) {
-      log().error("rank {} reports, after the dump that holds its failure: {}", id_.rank, request.reason);
-    }
-    return last_result_;
+  } else if (answered_by_the_dump_that_holds_it(request, unclaimed_oom_events_, recorder_.oom_events(), id_.rank)) {
+    return last_result_;  // its oom event made this rank an origin on the watcher, and that dump ended first
   }
   dumping_ = true;
   const std::int64_t n = next_dump_;

@@ -237,15 +237,8 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
     }
   } else if (pending_) {
     target = pending_epoch_;  // another thread of this process asked first: share its dump
-  } else if (request.kind == DumpKind::oom && unclaimed_oom_events_ > 0 &&
-             recorder_.oom_events() == unclaimed_oom_events_) {
-    // The dump that holds this failure (its oom event made this rank an origin) finished before the failing thread
-    // asked, on a loaded machine: that dump is this request's answer, not a second archive of the same failure.
-    unclaimed_oom_events_ = 0;
-    if (!request.reason.empty()) {
-      log().error("rank {} reports, after the dump that holds its failure: {}", id_.rank, request.reason);
-    }
-    return last_result_;
+  } else if (answered_by_the_dump_that_holds_it(request, unclaimed_oom_events_, recorder_.oom_events(), id_.rank)) {
+    return last_result_;  // that dump finished before the failing thread asked, on a loaded machine
   } else {
     // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
     // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
