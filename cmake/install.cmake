@@ -28,8 +28,5 @@ install(FILES ${PROJECT_BINARY_DIR}/oomflight.pc DESTINATION ${CMAKE_INSTALL_LIB
 # PREFIX/share/oomflight/python. `pip install ./python` is the other way in.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/oomflight DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python
         PATTERN "__pycache__" EXCLUDE PATTERN ".gitignore" EXCLUDE PATTERN "_torch_plugin" EXCLUDE)
-install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
-              ${PROJECT_SOURCE_DIR}/plugins/pytorch/context_table.hpp
-              ${PROJECT_SOURCE_DIR}/plugins/pytorch/python_stacks.hpp
-              ${PROJECT_SOURCE_DIR}/plugins/pytorch/job_store.hpp
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python/oomflight/_torch_plugin)
+include(${PROJECT_SOURCE_DIR}/plugins/pytorch/sources.cmake)
+install(FILES ${OOMFLIGHT_TORCH_EXTENSION_SOURCES} DESTINATION ${CMAKE_INSTALL_DATADIR}/oomflight/python/oomflight/_torch_plugin)

@@ -8,8 +8,5 @@ if(TARGET oomflight)
   install(TARGETS oomflight LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(TARGETS oomflight_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
-install(FILES ${PROJECT_SOURCE_DIR}/plugins/pytorch/oomflight_torch.cpp ${PROJECT_SOURCE_DIR}/plugins/pytorch/trace_tracker.hpp
-              ${PROJECT_SOURCE_DIR}/plugins/pytorch/context_table.hpp
-              ${PROJECT_SOURCE_DIR}/plugins/pytorch/python_stacks.hpp
-              ${PROJECT_SOURCE_DIR}/plugins/pytorch/job_store.hpp
-        DESTINATION _torch_plugin)
+include(${PROJECT_SOURCE_DIR}/plugins/pytorch/sources.cmake)
+install(FILES ${OOMFLIGHT_TORCH_EXTENSION_SOURCES} DESTINATION _torch_plugin)

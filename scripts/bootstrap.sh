@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
           libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev python3-h5py
           python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev
-          nlohmann-json3-dev chromium python3-dev python3-venv slurmctld slurmd slurm-client munge)
+          nlohmann-json3-dev chromium python3-dev python3-venv slurmctld slurmd slurm-client munge ccache)
 missing=()
 for p in "${packages[@]}"; do
   [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")

@@ -43,6 +43,7 @@
 #include "context_table.hpp"
 #include "job_store.hpp"
 #include "python_stacks.hpp"
+#include "python_thread.hpp"
 #include "trace_tracker.hpp"
 
 namespace {
@@ -61,14 +62,13 @@ using abi_forced_unwind = __cxxabiv1::__forced_unwind;  // pthread_exit's unwind
 
 std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vector<const Context*>& contexts);
 
-// Whether the interpreter is finalising (its flag, read without the GIL).
-bool python_finalizing() noexcept {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
+using oomflight::torch_plugin::escape_nul;
+using oomflight::torch_plugin::holds_gil;
+using oomflight::torch_plugin::python_finalizing;
+using oomflight::torch_plugin::python_usable;
+
+// Thrown by HelperGil instead of taking the GIL of an interpreter that is finalising.
+struct InterpreterFinalising {};
 
 // The GIL for this scope, on a helper thread of the extension. Not pybind11::gil_scoped_acquire: when Python
 // exits while a helper runs Python code (torch's first symbolize imports for seconds), the interpreter ends the
@@ -76,9 +76,17 @@ bool python_finalizing() noexcept {
 // throws ("thread state must be current") and std::terminate aborts the job's exit (SIGABRT, or SIGSEGV: found
 // with a job that exits within a second of its first kept context, on the code before issue 32 too). A thread
 // the interpreter is ending gives nothing back.
+//
+// The constructor is not noexcept, and no frame between it and the thread's entry may be: PyGILState_Ensure ends
+// this thread with pthread_exit once the interpreter finalises, and that forced unwinding reaching a noexcept
+// frame is std::terminate (SIGABRT: a dump on another thread while the job called sys.exit, issue 39). Seen
+// finalising before the take, it throws InterpreterFinalising instead: the helper gives its job up.
 class HelperGil {
  public:
-  HelperGil() noexcept : state_(PyGILState_Ensure()) {}
+  HelperGil() {
+    if (!python_usable()) throw InterpreterFinalising{};
+    state_ = PyGILState_Ensure();
+  }
   ~HelperGil() {
     if (!python_finalizing()) PyGILState_Release(state_);
   }
@@ -86,7 +94,7 @@ class HelperGil {
   HelperGil& operator=(const HelperGil&) = delete;
 
  private:
-  PyGILState_STATE state_;
+  PyGILState_STATE state_ = PyGILState_UNLOCKED;
 };
 
 // torch's symbolize once on one context (with the GIL): its first call in a process imports much of torch.
@@ -101,7 +109,8 @@ void warm_up_symbolize(const Context& context) {
 // and the freezing thread may be oomflight's watcher while the training thread holds the GIL in a collective:
 // waiting for the GIL there could hang the dump. So a thread that holds the GIL symbolises at once; any other
 // hands the work to this helper thread and waits at most the resolver's timeout. Work that finishes after its
-// caller gave up is still remembered in the table, for the next freeze.
+// caller gave up is still remembered in the table, for the next freeze. A job the helper cannot finish (the
+// interpreter is finalising: the process exits during a dump) ends at once, and its caller's log line says so.
 class Symbolizer {
  public:
   Symbolizer(const CApiTable& api, ContextTable& table) : api_(api), table_(table) {}
@@ -109,8 +118,11 @@ class Symbolizer {
   // true with `ids` filled (one per context, -1 where a context has no Python frames), false when it gave up.
   bool run(const std::vector<Context>& contexts, const std::vector<std::int32_t>& deferred,
            std::vector<std::int32_t>& ids, std::uint32_t timeout_ms) {
-    if (!python_usable()) return false;
-    if (PyGILState_Check()) {
+    if (!python_usable()) {
+      not_symbolised("the Python stacks of " + std::to_string(contexts.size()) + " events", Stage::finalising, 0);
+      return false;
+    }
+    if (holds_gil()) {
       ids = symbolize(contexts);
       return true;
     }
@@ -127,8 +139,11 @@ class Symbolizer {
   // Runs `work` with the GIL: at once on a thread that holds it, else on the helper, waiting at most timeout_ms.
   // `work` must own what it uses (it may finish after this returns false). True when it ran in time.
   bool run_with_gil(std::function<void()> work, std::uint32_t timeout_ms) {
-    if (!python_usable()) return false;
-    if (PyGILState_Check()) {
+    if (!python_usable()) {
+      not_symbolised("oomflight's Python stacks", Stage::finalising, 0);
+      return false;
+    }
+    if (holds_gil()) {
       work();
       return true;
     }
@@ -158,26 +173,75 @@ class Symbolizer {
   }
 
  private:
+  // Where a job is; what its caller's log line says when it waited in vain.
+  enum class Stage {
+    queued,            // behind an earlier job of the helper's
+    waiting_for_gil,   // the helper waits for the GIL, which another thread holds
+    holding_gil,       // the helper holds the GIL and symbolises: the work itself takes this long
+    done,
+    failed,            // the work threw (named in `error`)
+    finalising,        // the interpreter is finalising: nothing was taken, the job given up
+    ended,             // the interpreter ended the helper (pthread_exit) inside the job: the process is exiting
+  };
   struct Job {
     std::vector<Context> contexts;
     std::vector<std::int32_t> deferred;
     std::vector<std::int32_t> ids;
-    bool done = false;
+    Stage stage = Stage::queued;
+    std::string error;
     bool warm_up = false;  // symbolise only: nothing is interned
     std::function<void()> work;  // run_with_gil's: run under the GIL instead
   };
 
-  // Queues `job` and waits for it at most timeout_ms; false (logged once, naming `what`) when it did not finish.
+  // The one line a caller that did not get its stacks logs, naming the real cause.
+  void not_symbolised(const std::string& what, Stage stage, std::uint32_t timeout_ms, const std::string& error = "") {
+    std::string why;
+    switch (stage) {
+      case Stage::queued:
+        why = "were not symbolised within " + std::to_string(timeout_ms) +
+              " ms: the helper thread had not taken them up yet (it was busy with an earlier freeze's, or starting)";
+        break;
+      case Stage::waiting_for_gil:
+        why = "were not symbolised within " + std::to_string(timeout_ms) +
+              " ms: the helper thread was still waiting to take the GIL (another thread held it)";
+        break;
+      case Stage::holding_gil:
+        why = "were not symbolised within " + std::to_string(timeout_ms) +
+              " ms: the helper held the GIL, and symbolising them took longer than that (it goes on; a later dump "
+              "gets them)";
+        break;
+      case Stage::failed:
+        why = "were not symbolised: " + error;
+        break;
+      case Stage::finalising:
+      case Stage::ended:
+        why = "were not symbolised: the Python interpreter is finalising (the process is exiting), and no thread "
+              "may take the GIL then";
+        break;
+      case Stage::done:
+        return;
+    }
+    api_.log(abi::kLogWarn, (what + " " + why + "; their events are recorded with no call site").c_str());
+  }
+
+  // Queues `job` and waits for it at most timeout_ms; false (logged once, naming `what` and why) when it did not
+  // finish.
   bool post_and_wait(const std::shared_ptr<Job>& job, std::uint32_t timeout_ms, const std::string& what) {
-    if (!post(job)) return false;
-    std::unique_lock lock(mutex_);
-    if (!finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->done; })) {
-      api_.log(abi::kLogWarn, (what + " were not symbolised within " + std::to_string(timeout_ms) +
-                               " ms (the GIL was not free); their events are recorded with no stack").c_str());
+    if (!post(job)) {
+      not_symbolised(what, Stage::finalising, timeout_ms);
       return false;
     }
-    return true;
+    std::unique_lock lock(mutex_);
+    finished_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return ended(job->stage); });
+    const Stage stage = job->stage;
+    const std::string error = job->error;
+    lock.unlock();
+    if (stage == Stage::done) return true;
+    not_symbolised(what, stage, timeout_ms, error);
+    return false;
   }
+
+  static bool ended(Stage s) { return s != Stage::queued && s != Stage::waiting_for_gil && s != Stage::holding_gil; }
 
   // Queues a job for the helper thread (started at the first); false once stopped.
   bool post(const std::shared_ptr<Job>& job) {
@@ -191,13 +255,74 @@ class Symbolizer {
     return true;
   }
 
-  static bool python_usable() { return Py_IsInitialized() && !python_finalizing(); }
-
   std::vector<std::int32_t> symbolize(const std::vector<Context>& contexts) {
     std::vector<const Context*> pointers;
     pointers.reserve(contexts.size());
     for (const Context& c : contexts) pointers.push_back(&c);
     return intern_contexts(api_, pointers);
+  }
+
+  void set_stage(Job& job, Stage stage) {
+    std::lock_guard lock(mutex_);
+    job.stage = stage;
+  }
+
+  // The helper's end of a job, however it ends: normally, by an exception, or by the interpreter ending this
+  // thread inside it (pthread_exit's forced unwinding runs this guard's destructor), so that its caller never
+  // waits out its timeout for a job nobody runs any more.
+  struct Finish {
+    Finish(Symbolizer& s, Job& j) : self(s), job(j) {}
+    Finish(const Finish&) = delete;
+    Finish& operator=(const Finish&) = delete;
+    Symbolizer& self;
+    Job& job;
+    Stage stage = Stage::ended;  // unless the job says otherwise before the guard goes
+    std::vector<std::int32_t> ids;
+    std::string error;
+    ~Finish() {
+      try {
+        for (std::size_t k = 0; k < ids.size() && k < job.deferred.size(); ++k) {
+          if (ids[k] >= 0) self.table_.remember(job.deferred[k], ids[k]);
+        }
+        {
+          std::lock_guard lock(self.mutex_);
+          job.ids = std::move(ids);
+          job.ids.resize(job.contexts.size(), -1);
+          job.stage = stage;
+          job.error = std::move(error);
+          if (job.warm_up && stage == Stage::done) self.warm_ = true;
+        }
+        self.finished_.notify_all();
+      } catch (...) {
+      }
+    }
+  };
+
+  void run_job(Job& job) {
+    Finish finish(*this, job);
+    try {
+      set_stage(job, Stage::waiting_for_gil);
+      HelperGil gil;  // throws InterpreterFinalising; may end this thread (pthread_exit) if finalising begins now
+      set_stage(job, Stage::holding_gil);
+      if (job.work) {
+        job.work();
+      } else if (job.warm_up) {
+        warm_up_symbolize(job.contexts.front());
+      } else {
+        finish.ids = symbolize(job.contexts);
+      }
+      finish.stage = Stage::done;
+    } catch (abi_forced_unwind&) {
+      throw;  // the interpreter ends this thread: let it (Finish tells the caller)
+    } catch (const InterpreterFinalising&) {
+      finish.stage = Stage::finalising;
+    } catch (const std::exception& e) {
+      finish.error = e.what();
+      finish.stage = Stage::failed;
+    } catch (...) {
+      finish.error = "an unknown error";
+      finish.stage = Stage::failed;
+    }
   }
 
   void loop() {
@@ -210,33 +335,7 @@ class Symbolizer {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
-      std::vector<std::int32_t> ids;
-      try {
-        if (job->work) {
-          if (python_usable()) {
-            HelperGil gil;
-            job->work();
-          }
-        } else if (job->warm_up) {
-          if (python_usable()) warm_up_symbolize(job->contexts.front());
-        } else if (python_usable()) {
-          ids = symbolize(job->contexts);
-        }
-      } catch (abi_forced_unwind&) {
-        throw;  // the interpreter ends this thread (it waited for the GIL at finalisation): let it
-      } catch (...) {
-      }
-      for (std::size_t k = 0; k < ids.size() && k < job->deferred.size(); ++k) {
-        if (ids[k] >= 0) table_.remember(job->deferred[k], ids[k]);
-      }
-      {
-        std::lock_guard lock(mutex_);
-        job->ids = std::move(ids);
-        job->ids.resize(job->contexts.size(), -1);
-        job->done = true;
-        if (job->warm_up) warm_ = true;
-      }
-      finished_.notify_all();
+      run_job(*job);
     }
   }
 
@@ -464,6 +563,12 @@ std::vector<std::int32_t> intern_contexts(const CApiTable& api, const std::vecto
     HelperGil gil;
     symbolized = torch::symbolize(tracebacks);
   }
+  // torch's names as C strings: a NUL it kept inside a name becomes "\x00" (escape_nul), so that the C API's
+  // copy keeps what follows it; once per frame of the batch.
+  for (auto& f : symbolized.all_frames) {
+    if (f.funcname.find('\0') != std::string::npos) f.funcname = escape_nul(std::move(f.funcname));
+    if (f.filename.find('\0') != std::string::npos) f.filename = escape_nul(std::move(f.filename));
+  }
   std::vector<abi::Frame> frames;
   // Many contexts share a call site (every step allocates from the same lines): intern each stack once.
   std::map<std::vector<std::uint64_t>, std::int32_t> interned;
@@ -565,6 +670,11 @@ void observe(Plugin& p, std::int64_t device, std::size_t alloc_bytes, std::size_
                              rows.blocks.size()};
       have_state = !rows.segments.empty();
     }
+  } catch (abi_forced_unwind&) {
+    throw;  // the interpreter ends this thread (its GIL taken at finalisation): never swallowed
+  } catch (const InterpreterFinalising&) {
+    p.api.log(abi::kLogWarn, "the allocator state at the OOM is not in the archive: the Python interpreter is "
+                             "finalising (its call sites cannot be read)");
   } catch (const std::exception& e) {
     p.api.log(abi::kLogWarn, (std::string("the allocator state at the OOM is not in the archive: ") + e.what()).c_str());
   } catch (...) {
@@ -1033,7 +1143,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Stop the context reclaimer's thread (at Python's exit, before the interpreter finalises); idempotent");
   m.def("join_store", &oomflight::torch_plugin::join_store, pybind11::arg("address"), pybind11::arg("store"),
         pybind11::arg("rank"), pybind11::arg("world_size"), pybind11::arg("local_rank"),
-        "Hands a torch.distributed Store to oomflight_join_store at `address`: \"\" or why not");
+        pybind11::arg("keep") = pybind11::none(),
+        "Hands a torch.distributed Store to oomflight_join_store at `address`, holding `keep` (the job's own "
+        "store) as long as it: \"\" or why not");
   m.def("counters", &counters, "Entries forwarded, unmapped actions, ring drops, observer dumps, attached, devices");
   m.def("build_info", &build_info, "The torch version this extension was compiled against, and its hooks");
   m.def("_feed", &feed, "Test: torch TraceEntry objects built here, through the attached trace callback");

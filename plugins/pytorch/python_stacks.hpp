@@ -38,12 +38,16 @@
 
 #include <pthread.h>
 
+#include "python_thread.hpp"
+
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <algorithm>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace oomflight::torch_plugin {
@@ -74,7 +78,8 @@ class PythonStacks {
     try {
       if (!Py_IsInitialized()) return -1;
       Walk w;  // 2 KiB of this thread's stack: a thread_local here is a __tls_get_addr call (a dlopen'ed module)
-      const bool gil = PyGILState_Check() != 0;
+      // Not PyGILState_Check(): it answers yes on every thread once a sub-interpreter exists (python_thread.hpp).
+      const bool gil = holds_gil();
       if (!walk(w, gil)) return named_thread();
       Guard lock(busy_);
       if (const std::int32_t found = find(w); found != -1) return found;
@@ -175,7 +180,7 @@ class PythonStacks {
     std::uint64_t h = 0;
     bool deeper = false;
 #if OOMFLIGHT_FRAMES_IN_PLACE
-    PyThreadState* t = gil ? PyThreadState_GET() : own_thread_state();
+    PyThreadState* t = own_thread_state();  // never the GIL holder's: it may be another thread's
     if (t == nullptr || t->cframe == nullptr) return false;
     for (_PyInterpreterFrame* f = t->cframe->current_frame; f != nullptr; f = f->previous) {
       if (_PyFrame_IsIncomplete(f)) continue;  // being set up: CPython's traceback skips these too
@@ -295,25 +300,85 @@ class PythonStacks {
     return static_cast<std::int32_t>(static_cast<std::int64_t>(kFirstId) - static_cast<std::int64_t>(index));
   }
 
-  // With the GIL: the code object's qualified name, file and the offset's line.
-  static Frame resolve_frame(const RawFrame& f) {
+  // With the GIL: the code object's qualified name, file and the offset's line; names as Python holds them
+  // (python_text: a lone surrogate or a NUL is escaped, never dropped).
+  Frame resolve_frame(const RawFrame& f) {
     auto* code = reinterpret_cast<PyCodeObject*>(f.code);
-    const auto text = [](PyObject* s) -> std::string {
-      if (s == nullptr || !PyUnicode_Check(s)) return "";
-      const char* utf8 = PyUnicode_AsUTF8(s);
-      if (utf8 == nullptr) {
-        PyErr_Clear();
-        return "";
-      }
-      return utf8;
-    };
 #if PY_VERSION_HEX >= 0x030B0000
-    std::string function = text(code->co_qualname);
+    std::string function = python_text(code->co_qualname);
 #else
-    std::string function = text(code->co_name);
+    std::string function = python_text(code->co_name);
 #endif
-    const int line = f.offset >= 0 ? PyCode_Addr2Line(code, f.offset) : f.line;
-    return {std::move(function), text(code->co_filename), line > 0 ? line : 0};
+    const int line = f.offset >= 0 ? line_of(code, f.offset) : f.line;
+    return {std::move(function), python_text(code->co_filename), line > 0 ? line : 0};
+  }
+
+  // The line of an instruction offset. PyCode_Addr2Line scans the code's line table from its start on every call:
+  // the deep frames of a 20,000-line function, thousands of distinct offsets, took symbolising past its 2 s limit
+  // (issue 39). So each code object's table is read once (co_lines(), 3.10+: (start, end, line) ranges in order)
+  // and searched; at most kMaxLineRanges ranges are kept in all (12 bytes each), past that PyCode_Addr2Line.
+  static constexpr std::size_t kMaxLineRanges = std::size_t{1} << 20;
+  struct LineRange {
+    std::int32_t start, end, line;  // line -1: none (an artificial instruction)
+  };
+
+  int line_of(PyCodeObject* code, int offset) {
+#if PY_VERSION_HEX >= 0x030A0000
+    auto it = line_tables_.find(code);
+    if (it == line_tables_.end() && line_ranges_ < kMaxLineRanges) {
+      it = line_tables_.emplace(code, read_line_table(code)).first;
+      line_ranges_ += it->second.size();
+    }
+    if (it != line_tables_.end() && !it->second.empty()) {
+      const std::vector<LineRange>& table = it->second;
+      auto at = std::upper_bound(table.begin(), table.end(), offset,
+                                 [](int value, const LineRange& r) { return value < r.start; });
+      if (at != table.begin()) {
+        --at;
+        if (offset < at->end) return at->line;
+      }
+      return -1;
+    }
+#endif
+    return PyCode_Addr2Line(code, offset);
+  }
+
+  // code.co_lines() as ranges, or none when it cannot be read (then PyCode_Addr2Line answers).
+  static std::vector<LineRange> read_line_table(PyCodeObject* code) {
+    std::vector<LineRange> out;
+    PyObject* lines = PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr);
+    PyObject* iterator = lines != nullptr ? PyObject_GetIter(lines) : nullptr;
+    Py_XDECREF(lines);
+    if (iterator == nullptr) {
+      PyErr_Clear();
+      return out;
+    }
+    bool ok = true;
+    while (PyObject* item = PyIter_Next(iterator)) {
+      long start = 0, end = 0, line = -1;
+      if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 3) {
+        start = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+        end = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        PyObject* l = PyTuple_GET_ITEM(item, 2);
+        line = l == Py_None ? -1 : PyLong_AsLong(l);
+      } else {
+        ok = false;
+      }
+      Py_DECREF(item);
+      if (!ok || PyErr_Occurred()) {
+        ok = false;
+        break;
+      }
+      out.push_back({static_cast<std::int32_t>(start), static_cast<std::int32_t>(end),
+                     static_cast<std::int32_t>(line)});
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (!ok || !std::is_sorted(out.begin(), out.end(),
+                               [](const LineRange& a, const LineRange& b) { return a.start < b.start; })) {
+      out.clear();
+    }
+    return out;
   }
 
   // A spin lock: held for a lookup (tens of ns), or an insertion of a first-seen stack; contended only by threads
@@ -338,6 +403,9 @@ class PythonStacks {
   std::vector<RawFrame> frames_;
   std::vector<std::uint32_t> slots_;
   std::atomic<std::uint64_t> dropped_{0}, truncated_{0};
+  // Read under the GIL only (resolve()): each kept code object's line table, kMaxLineRanges at most in all.
+  std::unordered_map<PyCodeObject*, std::vector<LineRange>> line_tables_;
+  std::size_t line_ranges_ = 0;
 };
 
 }  // namespace oomflight::torch_plugin

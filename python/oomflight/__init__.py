@@ -94,6 +94,27 @@ def init(**settings: object) -> None:
     _stack_ids.clear()  # a new session's stack table
 
 
+_BYTES = 1 << 63  # a figure of bytes is below 2^63 (oomflight.h): above, it is a negative number gone unsigned
+_INT32 = 1 << 31
+
+
+def _number(function: str, name: str, value: object, low: int, high: int, what: str = "") -> int:
+    """`value` as an int in low .. high - 1, else an error naming the function, the argument and the value, in the C
+    API's words: ctypes would wrap a negative or oversized int silently (-1 becomes 2^64 - 1, 2^32 becomes device 0).
+    Accepts what __index__ gives an int (numpy's integers); TypeError for anything else (a bool or a float too)."""
+    if isinstance(value, (bool, float)) or not hasattr(value, "__index__"):
+        raise TypeError(f"{function}: {name} must be an int, not {type(value).__name__} ({value!r})")
+    number = value.__index__()  # type: ignore[attr-defined]
+    if low <= number < high:
+        return number
+    why = "is negative" if low == 0 and number < 0 else f"is outside {low} .. {high - 1}"
+    raise ValueError(f"{function}: {name} {number} {why}" + (f" ({what})" if what else ""))
+
+
+def _bytes(function: str, name: str, value: object) -> int:
+    return _number(function, name, value, 0, _BYTES, "a figure of bytes is 0 .. 2^63 - 1")
+
+
 _started_by = ""  # what started oomflight by itself (oomflight.torch.install); "" when the job called init()
 _given_settings: dict[str, str] = {}  # the session's keyword settings, as OOMFLIGHT_* texts (the rest: the environment)
 
@@ -115,11 +136,20 @@ def record(action: str | int, device: int, addr: int, size: int, stream: int = 0
     "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot") or
     "step"; sizes and addresses in bytes. Returns False when the ring dropped the event (counted in the archive).
     Without a `stack_id` (intern_stack's), the event carries its caller's Python frames, as the PyTorch
-    extension's events do, unless OOMFLIGHT_STACKS is off. Raises ValueError for an unknown action or a device
-    outside 0 .. 32767."""
+    extension's events do, unless OOMFLIGHT_STACKS is off. Raises ValueError for an unknown action, a device
+    outside 0 .. 32767, a negative size, address or stream, or a size of 2^63 or more (each named with its value),
+    TypeError for a figure that is not an int."""
     code = _capi.ACTIONS.get(action) if isinstance(action, str) else action
     if code is None:
         raise ValueError(f"record: unknown action {action!r}; one of {', '.join(_capi.ACTIONS)}")
+    code = _number("record", "action", code, 0, _INT32)
+    device = _number("record", "device", device, 0, 32768)
+    # An oom event carries the device's free bytes in addr; any other event an address.
+    addr = (_bytes("record", "addr (an oom event's free bytes)", addr) if code == _capi.ACTIONS["oom"]
+            else _number("record", "addr", addr, 0, 1 << 64))
+    size = _bytes("record", "size", size)
+    stream = _number("record", "stream", stream, 0, 1 << 64)
+    stack_id = _number("record", "stack_id", stack_id, -_INT32, _INT32)
     if stack_id == -1 and _caller_stacks:
         stack_id = _caller_stack(_sys._getframe(1))
     return _capi.check(_capi.library().oomflight_record(code, device, addr, size, stream, stack_id)) == 0
@@ -142,8 +172,8 @@ def _caller_stack(frame) -> int:
     if found is not None:
         return found
     frames = (_capi.Frame * len(walk))(*[
-        _capi.Frame(getattr(f.f_code, "co_qualname", f.f_code.co_name).encode("utf-8", "replace"),
-                    f.f_code.co_filename.encode("utf-8", "replace"), f.f_lineno or 0) for f in walk])
+        _capi.Frame(_text(getattr(f.f_code, "co_qualname", f.f_code.co_name)), _text(f.f_code.co_filename),
+                    f.f_lineno or 0) for f in walk])
     interned = _ctypes.c_int32(-1)
     if _capi.library().oomflight_intern_stack(frames, len(walk), _ctypes.byref(interned)) != 0:
         return -1
@@ -152,12 +182,20 @@ def _caller_stack(frame) -> int:
     return interned.value
 
 
+def _text(name: str) -> bytes:
+    """A function or file name as the C API stores it: UTF-8 exactly as Python holds it, a lone surrogate (a file
+    name of undecodable bytes) written as backslashreplace writes it ("\\udcff") and a NUL as "\\x00", so that
+    nothing is dropped or cut (the extension's own capture writes names alike: plugins/pytorch/python_thread.hpp)."""
+    return str(name).encode("utf-8", "backslashreplace").replace(b"\0", b"\\x00")
+
+
 _explicit_batches = False  # the job marks batches itself: oomflight.torch's optimizer hook stands down
 
 
 def mark_batch(batch: int) -> None:
     """Starts batch `batch` (>= 0): later events carry it, and a step event marks the boundary. Once the job
     calls this, oomflight.torch stops marking batches at optimizer steps."""
+    batch = _number("mark_batch", "batch", batch, 0, _BYTES)
     global _explicit_batches
     _explicit_batches = True
     _capi.check(_capi.library().oomflight_mark_batch(batch))
@@ -175,9 +213,10 @@ def annotate(**metadata: object) -> None:
 def intern_stack(frames: _Iterable[tuple[str, str, int]]) -> int:
     """Interns a stack, innermost frame first, as (function, file, line) tuples; returns its id for record().
     Takes a lock: intern each distinct stack once."""
-    frames = list(frames)
+    frames = [(f, file, _number("intern_stack", f"frame {i}'s line", line, 0, _INT32))
+              for i, (f, file, line) in enumerate(frames)]
     array = (_capi.Frame * max(1, len(frames)))(
-        *[_capi.Frame(f.encode(), file.encode(), int(line)) for f, file, line in frames])
+        *[_capi.Frame(_text(f), _text(file), line) for f, file, line in frames])
     stack_id = _ctypes.c_int32(-1)
     _capi.check(_capi.library().oomflight_intern_stack(array, len(frames), _ctypes.byref(stack_id)))
     return stack_id.value
@@ -187,9 +226,14 @@ def set_memory(device: int, *, allocated: int = 0, reserved: int = 0, peak_alloc
                peak_reserved: int = 0, capacity: int = 0, free: int = 0, cap: int = 0) -> None:
     """Publishes one device's memory figures in bytes (torch.cuda.memory_allocated / memory_reserved meanings;
     capacity and free as cudaMemGetInfo reports them; cap: the process's own limit below the capacity, as
-    torch.cuda.set_per_process_memory_fraction sets it, 0 for none); a dump reports the last figures of its device."""
-    m = _capi.Memory(_ctypes.sizeof(_capi.Memory), 0, allocated, reserved, peak_allocated, peak_reserved, capacity,
-                     free, cap)
+    torch.cuda.set_per_process_memory_fraction sets it, 0 for none); a dump reports the last figures of its device.
+    Raises ValueError naming the argument and its value for a negative figure (or one of 2^63 or more), a free or
+    cap above the capacity, or a device outside 0 .. 63; nothing is published then."""
+    device = _number("set_memory", "device", device, 0, 64)
+    figures = {name: _bytes("set_memory", name, value) for name, value in (
+        ("allocated", allocated), ("reserved", reserved), ("peak_allocated", peak_allocated),
+        ("peak_reserved", peak_reserved), ("capacity", capacity), ("free", free), ("cap", cap))}
+    m = _capi.Memory(_ctypes.sizeof(_capi.Memory), 0, *figures.values())
     _capi.check(_capi.library().oomflight_set_memory(device, _ctypes.byref(m)))
 
 
@@ -214,6 +258,10 @@ def request_dump(kind: str = "signal", *, reason: str = "", device: int = -1, ba
     "disabled", and the path. Raises ValueError for a bad kind or device, StateError before init()."""
     if kind not in _capi.DUMP_KINDS:
         raise ValueError(f"request_dump: kind {kind!r} is not one of {', '.join(_capi.DUMP_KINDS)}")
+    device = _number("request_dump", "device", device, -1, 64, "-1: the device last published")
+    batch = _number("request_dump", "batch", batch, -1, _BYTES, "-1: the current batch")
+    requested_bytes = _bytes("request_dump", "requested_bytes", requested_bytes)
+    device_free_bytes = _bytes("request_dump", "device_free_bytes", device_free_bytes)
     req = _capi.DumpRequest(_ctypes.sizeof(_capi.DumpRequest), _capi.DUMP_KINDS[kind], reason.encode(),
                             requested_bytes, device_free_bytes, device, 0, batch)
     raw = _dump_result()
@@ -224,6 +272,9 @@ def request_dump(kind: str = "signal", *, reason: str = "", device: int = -1, ba
 def trigger_oom(device: int, reason: str, requested_bytes: int = 0, device_free_bytes: int = 0) -> DumpResult:
     """Records an oom event on `device` (size = requested bytes, addr = device free bytes) and asks for an oom
     dump of every rank: what oomflight_trigger_oom does, with the DumpResult returned."""
+    device = _number("trigger_oom", "device", device, 0, 64)
+    requested_bytes = _bytes("trigger_oom", "requested_bytes", requested_bytes)
+    device_free_bytes = _bytes("trigger_oom", "device_free_bytes", device_free_bytes)
     record("oom", device, device_free_bytes, requested_bytes)
     return request_dump("oom", reason=reason, device=device, requested_bytes=requested_bytes,
                         device_free_bytes=device_free_bytes)

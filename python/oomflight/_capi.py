@@ -162,6 +162,7 @@ _SIGNATURES = {
     "oomflight_log": ([ctypes.c_int, ctypes.c_char_p], ctypes.c_int),
     "oomflight_shutdown": ([], ctypes.c_int),
     "oomflight_end": ([ctypes.c_int], ctypes.c_int),
+    "oomflight_leave_store": ([ctypes.c_char_p], ctypes.c_int),
     "oomflight_last_error": ([], ctypes.c_char_p),
     "oomflight_last_dump_path": ([], ctypes.c_char_p),
 }

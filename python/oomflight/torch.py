@@ -84,11 +84,13 @@ def _mark(batch: int) -> None:
 
 
 def _attach() -> None:
-    """Runs once CUDA is initialised (torch.cuda._lazy_call), or at once if it already is."""
+    """Runs once CUDA is initialised (torch.cuda._lazy_call), or at once if it already is. The extension comes
+    through _extension.load_soon: a build at first use runs on a thread of its own, and the hooks are attached from
+    there once it is done (never a compiler on the thread that initialises CUDA)."""
     import torch
 
     with _lock:
-        if _state["attached"]:
+        if _state["attached"] or _state.get("attaching"):
             return
         try:
             _start()
@@ -96,7 +98,25 @@ def _attach() -> None:
             if backend != "native":
                 raise _extension.PluginError(f"the {backend} allocator backend has no trace hooks "
                                              "(PYTORCH_CUDA_ALLOC_CONF=backend:native is needed)")
-            module = _extension.load(torch)
+        except Exception as e:  # noqa: BLE001 - never into training
+            _state["why_not"] = str(e)
+            _log("warn", f"not recording CUDA allocator events: {e}")
+            return
+        _state["attaching"] = True
+    _extension.load_soon(torch, _attach_with, _log)
+
+
+def _attach_with(module, error: str) -> None:
+    """The hooks attached with the extension `module` (or why not, `error`)."""
+    import torch
+
+    with _lock:
+        _state["attaching"] = False
+        if _state["attached"]:
+            return
+        try:
+            if module is None:
+                raise _extension.PluginError(error)
             seeds = []
             devices = min(torch.cuda.device_count(), 64)
             for device in range(devices):
@@ -127,30 +147,40 @@ def _attach() -> None:
 
 
 def _own_store(dist):
-    """The job's default store as oomflight's transport: on a TCPStore (torchrun's agent store, the one
-    init_process_group makes), a client of its own on the same endpoint, so that oomflight's round trips never wait
-    behind the job's own; under oomflight's prefix, with the elastic restart round in it (a new round's dumps never
-    see the keys of the round before)."""
+    """The job's default store as oomflight's transport, and the job's own store to hold with it: on a TCPStore
+    (torchrun's agent store, the one init_process_group makes), a client of its own on the same endpoint, so that
+    oomflight's round trips never wait behind the job's own; under oomflight's prefix, with the elastic restart round
+    in it (a new round's dumps never see the keys of the round before). The job's store is held as long as
+    oomflight uses its client (released at destroy_process_group, or at the session's end): where it hosts the
+    server (rank 0 of a plain env:// job), the server then outlives Python's finalisation until this rank has left,
+    so that the others' last round trips still find it."""
     import datetime
     import os
 
     base = dist.distributed_c10d._get_default_store()
     while isinstance(base, dist.PrefixStore):
         base = base.underlying_store
+    job_store = base
     if isinstance(base, dist.TCPStore):
         # Its timeout bounds the connection and a read; oomflight never waits on a key (a check comes first).
         base = dist.TCPStore(base.host, base.port, is_master=False, timeout=datetime.timedelta(seconds=10),
                              wait_for_workers=False)
     run = os.environ.get("TORCHELASTIC_RUN_ID", "")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"oomflight/{run}/{restart}/", base)
+    # Each init_process_group of the process is a store of its own (every rank re-initialises alike): a job that
+    # destroys its process group and makes another (on torchrun's agent store, which outlives both) never meets the
+    # keys of the one before.
+    generation = _state.get("generation", 0)
+    return dist.PrefixStore(f"oomflight/{run}/{restart}/{generation}/", base), job_store
 
 
 def _join_job_store() -> None:
     """Once torch.distributed is initialised in a job that no MPI launcher started (torchrun, Lightning's or
     Composer's launcher): oomflight's ranks become torch's, and an OOM on any rank dumps every rank into one archive
-    through the job's c10d store (docs/protocol.md, "Jobs without MPI"). Never raises: a job that cannot join is
-    recorded rank by rank, as before, with one warning."""
+    through the job's c10d store (docs/protocol.md, "Jobs without MPI"). The extension comes through
+    _extension.load_soon: with a build at first use, the join happens on the builder's thread once it is done, and
+    init_process_group returns at once. Never raises: a job that cannot join is recorded rank by rank, as before,
+    with one warning."""
     import os
 
     import torch
@@ -172,21 +202,71 @@ def _join_job_store() -> None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
         if not 0 <= local_rank < world:
             local_rank = 0
-        module = _extension.load(torch)
-        why = module.join_store(_function_addresses()["oomflight_join_store"], _own_store(dist), rank, world,
-                                local_rank)
-        if why:
-            raise RuntimeError(f"{why}: {_capi.last_error()}")
-        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-        if restart is not None:
-            lib.oomflight_set_metadata(b"oomflight.restart_round", restart.encode())
-        _log("debug", f"joined the job's c10d store as rank {rank} of {world}")
+        generation = _state.get("generation", 0)
     except Exception as e:  # noqa: BLE001 - never into training
         _log("warn", f"not coordinating dumps with the job's other ranks (each rank dumps alone): {e}")
+        return
+
+    def join_with(module, error: str) -> None:
+        with _join_lock:
+            if _state.get("generation", 0) != generation or not dist.is_initialized():
+                return  # the job let go of that process group meanwhile (destroy_process_group)
+            try:
+                if module is None:
+                    raise RuntimeError(error)
+                store, job_store = _own_store(dist)
+                why = module.join_store(_function_addresses()["oomflight_join_store"], store, rank, world,
+                                        local_rank, job_store)
+                if why:
+                    raise RuntimeError(f"{why}: {_capi.last_error()}")
+                _state["store_joined"] = True
+                restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+                if restart is not None:
+                    lib.oomflight_set_metadata(b"oomflight.restart_round", restart.encode())
+                _log("debug", f"joined the job's c10d store as rank {rank} of {world}")
+            except Exception as e:  # noqa: BLE001 - never into training
+                _log("warn", f"not coordinating dumps with the job's other ranks (each rank dumps alone): {e}")
+
+    _extension.load_soon(torch, join_with, _log)
+
+
+_join_lock = _threading.Lock()  # a join on the builder's thread and a leave on the job's never cross
+
+
+def _leave_job_store(why: str) -> None:
+    """The job lets go of its store (destroy_process_group): oomflight stops using it at once and drops its
+    reference (oomflight_leave_store), so that the store ends as it would without oomflight (a FileStore's file is
+    removed); the next init_process_group joins the new one. Never raises, never waits for another rank."""
+    with _join_lock:
+        if not _state.get("joined"):
+            return
+        _state["joined"] = False
+        _state["generation"] = _state.get("generation", 0) + 1  # a join still to come (first-use build) is void
+        if not _state.pop("store_joined", False):
+            return
+        try:
+            lib = _capi.library()
+            if lib.oomflight_leave_store(why.encode()) == 0:
+                _log("debug", f"left the job's c10d store ({why})")
+        except Exception as e:  # noqa: BLE001 - never into the job's teardown
+            _log("warn", f"leaving the job's store: {e}")
+
+
+def _destroys_default_group(dist, args, kwargs) -> bool:
+    """Whether destroy_process_group(group) ends the default process group, and with it the job's store: no group,
+    None, or the default group itself (a subgroup's end leaves the store as it is)."""
+    group = kwargs.get("group", args[0] if args else None)
+    if group is None:
+        return True
+    try:
+        return group is dist.GroupMember.WORLD or group is dist.distributed_c10d._get_default_group()
+    except Exception:  # noqa: BLE001 - no default group any more: nothing of it to leave
+        return False
 
 
 def _hook_process_group() -> None:
-    """Joins the job's store right after torch.distributed.init_process_group (or now, if it ran already)."""
+    """Joins the job's store right after torch.distributed.init_process_group (or now, if it ran already), and
+    leaves it right before destroy_process_group ends the default group."""
     try:
         import functools
 
@@ -206,6 +286,17 @@ def _hook_process_group() -> None:
             init_process_group._oomflight = True
             c10d.init_process_group = init_process_group
             dist.init_process_group = init_process_group
+        destroy = c10d.destroy_process_group
+        if not getattr(destroy, "_oomflight", False):
+            @functools.wraps(destroy)
+            def destroy_process_group(*args, **kwargs):
+                if _destroys_default_group(dist, args, kwargs):
+                    _leave_job_store("destroy_process_group")
+                return destroy(*args, **kwargs)
+
+            destroy_process_group._oomflight = True
+            c10d.destroy_process_group = destroy_process_group
+            dist.destroy_process_group = destroy_process_group
         if dist.is_initialized():
             _join_job_store()
     except Exception as e:  # noqa: BLE001

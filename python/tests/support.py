@@ -96,5 +96,8 @@ def frames_of(f: "h5py.File", stack_id: int) -> list[tuple[str, str, int]]:
         return blob[strings[i]["offset"]: strings[i]["offset"] + strings[i]["length"]].decode()
 
     st = f["stacks"][stack_id]
-    rows = f["frames"][f["stack_frames"][st["frame_offset"]: st["frame_offset"] + st["frame_count"]]]
+    # Indexed in memory: h5py reads a dataset at a list of rows in increasing row order, whatever the list's order
+    # (a stack whose frames were interned out of order, an outer frame first seen in an earlier stack, came back
+    # shuffled).
+    rows = f["frames"][()][f["stack_frames"][st["frame_offset"]: st["frame_offset"] + st["frame_count"]]]
     return [(text(r["function"]), text(r["file"]), int(r["line"])) for r in rows]

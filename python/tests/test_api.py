@@ -119,6 +119,61 @@ class Calls(unittest.TestCase):
         self.assertEqual(row["reserved_bytes"], 30 << 20)
         self.assertEqual(row["device_capacity_bytes"], 80 << 30)
 
+    def test_negative_and_oversized_figures_are_refused_naming_the_argument(self):
+        # Issue 39: ctypes turned a negative figure into 2^64 - figure in silence; set_memory(free=capacity -
+        # reserved) with reserved above the capacity was stored, and the report printed "device free 16777216.00 TiB
+        # of 8.00 GiB". Every figure is now checked where it is given, and nothing refused is published.
+        cwd = scratch()
+        out = python("""
+            import oomflight
+            oomflight.init(run_name="numbers", folder="out")
+            GiB = 1 << 30
+            reserved, capacity = 8 * GiB + GiB // 2, 8 * GiB
+            oomflight.set_memory(0, allocated=GiB, reserved=2 * GiB, capacity=capacity, free=6 * GiB)
+            for bad in (lambda: oomflight.set_memory(0, reserved=reserved, capacity=capacity, free=capacity - reserved),
+                        lambda: oomflight.set_memory(0, capacity=capacity, free=capacity + 1),
+                        lambda: oomflight.set_memory(1 << 32, capacity=capacity),
+                        lambda: oomflight.record("alloc", 0, 0x1000, -512),
+                        lambda: oomflight.record("alloc", 0, -4096, 512),
+                        lambda: oomflight.record("oom", 0, -1, 512),
+                        lambda: oomflight.record("alloc", 0, 0x1000, 1 << 63),
+                        lambda: oomflight.record("alloc", 0, 0x1000, 2.5),
+                        lambda: oomflight.request_dump("signal", requested_bytes=-1),
+                        lambda: oomflight.request_dump("signal", batch=-2),
+                        lambda: oomflight.trigger_oom(0, "x", device_free_bytes=-GiB),
+                        lambda: oomflight.mark_batch(1 << 64),
+                        lambda: oomflight.intern_stack([("f", "f.py", -3)])):
+                try:
+                    bad()
+                    print("accepted")
+                except (ValueError, TypeError) as e:
+                    print(type(e).__name__ + ":", e)
+            print(oomflight.request_dump("signal").path)
+            """, cwd)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(lines[:-1], [
+            "ValueError: set_memory: free -536870912 is negative (a figure of bytes is 0 .. 2^63 - 1)",
+            "ValueError: oomflight_set_memory: device_free_bytes 8589934593 is above device_capacity_bytes 8589934592",
+            "ValueError: set_memory: device 4294967296 is outside 0 .. 63",
+            "ValueError: record: size -512 is negative (a figure of bytes is 0 .. 2^63 - 1)",
+            "ValueError: record: addr -4096 is negative",
+            "ValueError: record: addr (an oom event's free bytes) -1 is negative (a figure of bytes is 0 .. 2^63 - 1)",
+            "ValueError: record: size 9223372036854775808 is outside 0 .. 9223372036854775807 (a figure of bytes is "
+            "0 .. 2^63 - 1)",
+            "TypeError: record: size must be an int, not float (2.5)",
+            "ValueError: request_dump: requested_bytes -1 is negative (a figure of bytes is 0 .. 2^63 - 1)",
+            "ValueError: request_dump: batch -2 is outside -1 .. 9223372036854775807 (-1: the current batch)",
+            "ValueError: trigger_oom: device_free_bytes -1073741824 is negative (a figure of bytes is 0 .. 2^63 - 1)",
+            "ValueError: mark_batch: batch 18446744073709551616 is outside 0 .. 9223372036854775807",
+            "ValueError: intern_stack: frame 0's line -3 is negative",
+        ])
+        a = read_archive(lines[-1])
+        row = a["ranks"][0]
+        self.assertEqual((row["device_free_bytes"], row["device_capacity_bytes"], row["reserved_bytes"]),
+                         (6 << 30, 8 << 30, 2 << 30), "the figures published before the refused ones")
+        self.assertEqual([int(x) for x in a["events"]["action"]], [], "no refused event was recorded")
+
     def test_a_recorded_event_carries_its_callers_frames_unless_stacks_are_off(self):
         # Issue 32: oomflight.record() without a stack_id names where it was called, as the torch extension's
         # events do; OOMFLIGHT_STACKS=off (here the init keyword) records none.

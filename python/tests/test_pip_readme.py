@@ -56,7 +56,7 @@ class ReadmePipLines(unittest.TestCase):
         self.assertEqual(list(package.glob("_torch_ext*.so")), [])
         self.assertEqual(sorted(p.name for p in (package / "_torch_plugin").iterdir()),
                          ["context_table.hpp", "job_store.hpp", "oomflight_torch.cpp", "python_stacks.hpp",
-                          "trace_tracker.hpp"])
+                          "python_thread.hpp", "trace_tracker.hpp"])
         self.assertFalse((package / "share").exists(), "a second copy of the package inside the package")
         out = bash("v/bin/oomflight --version && v/bin/python -c 'import oomflight._capi as c; "
                    "print(c.library()._oomflight_path)'", 120)

@@ -177,8 +177,8 @@ class TorchObjectsThroughTheCallbacks(unittest.TestCase):
         self.assertEqual(result["second_code"], 0)
         self.assertEqual(second[:2], first)
         self.assertEqual(second[2], [])
-        self.assertIn("the Python stacks of 1 events were not symbolised within 500 ms (the GIL was not free)",
-                      out.stderr)
+        self.assertIn("the Python stacks of 1 events were not symbolised within 500 ms: the helper thread was still "
+                      "waiting to take the GIL (another thread held it)", out.stderr)
         self.assertIn("1 events' call sites were not symbolised (they are recorded with no stack)", out.stderr)
         # 3. Once the GIL is free the work finishes: the next dump has that event's stack too.
         third = stacks(result["third"])

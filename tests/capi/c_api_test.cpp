@@ -141,6 +141,78 @@ TEST_F(CApi, ArgumentsOutOfRangeAreEinvalNamingThem) {
   EXPECT_TRUE(test::files_with_suffix(dir_.path(), ".h5").empty());  // nothing was dumped by a refused call
 }
 
+// A negative figure that reached the C API as unsigned (C's -1, a wrapped ctypes conversion: free = capacity -
+// reserved with reserved above the capacity) is refused naming the argument and its value, never stored as 2^64 -
+// 512 MiB ("device free 16777216.00 TiB of 8.00 GiB" in the report, issue 39); so is free memory above the device.
+TEST_F(CApi, NegativeAndImpossibleFiguresAreRefusedNamingTheArgumentAndItsValue) {
+  ASSERT_EQ(oomflight_init(), OOMFLIGHT_OK) << last_error();
+  constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+  const std::uint64_t minus_half_gib = static_cast<std::uint64_t>(-static_cast<std::int64_t>(GiB / 2));
+  oomflight_memory memory = OOMFLIGHT_MEMORY_INIT;
+  memory.reserved_bytes = 8 * GiB + GiB / 2;
+  memory.device_capacity_bytes = 8 * GiB;
+  memory.device_free_bytes = minus_half_gib;
+  EXPECT_EQ(oomflight_set_memory(0, &memory), OOMFLIGHT_EINVAL);
+  EXPECT_EQ(last_error(), "oomflight_set_memory: device_free_bytes is -536870912 (18446744073172680704 as an unsigned "
+                          "64-bit number): a figure of bytes is 0 .. 2^63 - 1");
+  memory.device_free_bytes = 9 * GiB;
+  EXPECT_EQ(oomflight_set_memory(0, &memory), OOMFLIGHT_EINVAL);
+  EXPECT_EQ(last_error(), "oomflight_set_memory: device_free_bytes 9663676416 is above device_capacity_bytes "
+                          "8589934592");
+  memory.device_free_bytes = 0;
+  memory.memory_cap_bytes = 9 * GiB;
+  EXPECT_EQ(oomflight_set_memory(0, &memory), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("memory_cap_bytes 9663676416 is above device_capacity_bytes"), std::string::npos);
+  memory.memory_cap_bytes = 0;
+  memory.peak_allocated_bytes = ~std::uint64_t{0};
+  EXPECT_EQ(oomflight_set_memory(0, &memory), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("peak_allocated_bytes is -1"), std::string::npos) << last_error();
+
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000, ~std::uint64_t{0}, 0, -1), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("oomflight_record: size is -1"), std::string::npos) << last_error();
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_OOM, 0, minus_half_gib, 1024, 0, -1), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("addr (an oom event's free bytes) is -536870912"), std::string::npos) << last_error();
+  // An address is any 64-bit number.
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, ~std::uint64_t{0} - 4095, 512, 0, -1), OOMFLIGHT_OK);
+
+  EXPECT_EQ(oomflight_trigger_oom(0, "x", minus_half_gib, 0), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("oomflight_trigger_oom: requested_bytes is -536870912"), std::string::npos);
+  oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  request.device_free_bytes = minus_half_gib;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("oomflight_request_dump: device_free_bytes is -536870912"), std::string::npos);
+  request.device_free_bytes = 0;
+  request.batch = -2;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("batch -2 is below -1"), std::string::npos) << last_error();
+  request.batch = -1;
+  oomflight_block_state block{0x1000, ~std::uint64_t{0}, 512, -1, 0};
+  oomflight_segment_state segment{0x1000, 2 << 20, 0, 0, 0};
+  request.segments = &segment;
+  request.segment_count = 1;
+  request.blocks = &block;
+  request.block_count = 1;
+  EXPECT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_EINVAL);
+  EXPECT_NE(last_error().find("blocks[0].size is -1"), std::string::npos) << last_error();
+  EXPECT_TRUE(test::files_with_suffix(dir_.path(), ".h5").empty());  // nothing was dumped by a refused call
+  // Nothing refused was published: a dump reports the figures of before.
+  oomflight_memory good = OOMFLIGHT_MEMORY_INIT;
+  good.device_capacity_bytes = 8 * GiB;
+  good.device_free_bytes = GiB;
+  ASSERT_EQ(oomflight_set_memory(0, &good), OOMFLIGHT_OK);
+  memory.peak_allocated_bytes = 0;
+  memory.device_free_bytes = minus_half_gib;
+  EXPECT_EQ(oomflight_set_memory(0, &memory), OOMFLIGHT_EINVAL);
+  request = OOMFLIGHT_DUMP_REQUEST_INIT;
+  request.kind = OOMFLIGHT_DUMP_SIGNAL;
+  ASSERT_EQ(oomflight_request_dump(&request, nullptr), OOMFLIGHT_OK) << last_error();
+  const Archive a = read_archive(oomflight_last_dump_path());
+  ASSERT_EQ(a.ranks.size(), 1u);
+  EXPECT_EQ(a.ranks[0].device_free_bytes, GiB);
+  EXPECT_EQ(a.ranks[0].device_capacity_bytes, 8 * GiB);
+}
+
 // A source that knows its allocator's state (PyTorch's segments) gives it with the request: it lands in the
 // archive as the rank's /state_segments and /state_blocks, stacks as interned; bad rows are refused by name.
 TEST_F(CApi, CollectivesAndCommunicatorsReachTheArchiveAndMerge) {

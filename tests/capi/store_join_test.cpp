@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,11 @@ std::atomic<long> g_requests{0};
 // Called with each key this process sets (before the set), when a test gives it: what acts at one step of a dump.
 void (*g_on_set)(const char* key) = nullptr;
 
+// How many times oomflight released a store of this process (oomflight_store.release), and whether it then called
+// one again (it must not: the plugin's reference is gone).
+std::atomic<int> g_releases{0};
+std::atomic<int> g_calls_after_release{0};
+
 // A store in a folder: one file per key ('/' in a key becomes '%').
 struct FolderStore {
   fs::path dir;
@@ -51,8 +57,10 @@ struct FolderStore {
     for (char& c : name) c = c == '/' ? '%' : c;
     return dir / name;
   }
+  bool released = false;
   static int set(void* user, const char* key, const void* value, size_t size) {
     ++g_requests;
+    if (static_cast<FolderStore*>(user)->released) ++g_calls_after_release;
     if (g_on_set != nullptr) g_on_set(key);
     const auto& s = *static_cast<FolderStore*>(user);
     const fs::path tmp = s.file(key).string() + ".tmp" + std::to_string(getpid());
@@ -62,6 +70,7 @@ struct FolderStore {
   }
   static int get(void* user, const char* key, void* buffer, size_t capacity, size_t* size) {
     ++g_requests;
+    if (static_cast<FolderStore*>(user)->released) ++g_calls_after_release;
     std::ifstream in(static_cast<FolderStore*>(user)->file(key), std::ios::binary);
     if (!in) return 0;
     const std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -84,6 +93,14 @@ struct FolderStore {
     *value = v;
     return 0;
   }
+  // Marks the release in the store's folder too (released.<pid>), so that a test sees releases that happen at the
+  // session's end, after the rank's body.
+  static void release(void* user) {
+    auto& s = *static_cast<FolderStore*>(user);
+    s.released = true;
+    ++g_releases;
+    std::ofstream(s.dir / ("released." + std::to_string(getpid()))) << g_calls_after_release.load();
+  }
 };
 
 class StoreJoin : public ::testing::Test {
@@ -105,7 +122,7 @@ class StoreJoin : public ::testing::Test {
         static FolderStore folder;
         folder.dir = store_dir();
         oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get,
-                              &FolderStore::add, nullptr};
+                              &FolderStore::add, nullptr, &FolderStore::release};
         if (oomflight_join_store(&store, rank, world, rank) != OOMFLIGHT_OK) _exit(91);
         for (int i = 0; i < 100; ++i) {
           oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000000ull * (rank + 1) + 512ull * i, 512, 0, -1);
@@ -182,7 +199,7 @@ class StoreJoin : public ::testing::Test {
 TEST_F(StoreJoin, ArgumentsAreCheckedAndAProcessWithoutASessionCannotJoin) {
   FolderStore folder{store_dir()};
   oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get, &FolderStore::add,
-                        nullptr};
+                        nullptr, &FolderStore::release};
   EXPECT_EQ(oomflight_join_store(&store, 0, 2, 0), OOMFLIGHT_ESTATE);
   EXPECT_NE(std::string(oomflight_last_error()).find("oomflight_init was not called"), std::string::npos);
   EXPECT_EQ(oomflight_join_store(nullptr, 0, 2, 0), OOMFLIGHT_EINVAL);
@@ -210,7 +227,7 @@ TEST_F(StoreJoin, AnIdleRankOfALargeJobAsksTheStoreRarely) {
       if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
       FolderStore folder{store_dir()};
       oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get,
-                            &FolderStore::add, nullptr};
+                            &FolderStore::add, nullptr, &FolderStore::release};
       if (oomflight_join_store(&store, rank, 1000, 0) != OOMFLIGHT_OK) _exit(91);
       const long before = g_requests.load();
       std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -240,7 +257,7 @@ TEST_F(StoreJoin, WithoutRankZeroARankSaysSoAndDumpsAlone) {
     if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
     FolderStore folder{store_dir()};
     oomflight_store store{sizeof(oomflight_store), &folder, &FolderStore::set, &FolderStore::get, &FolderStore::add,
-                          nullptr};
+                          nullptr, &FolderStore::release};
     if (oomflight_join_store(&store, 1, 2, 1) != OOMFLIGHT_OK) _exit(91);
     oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000, 512, 0, -1);
     std::this_thread::sleep_for(std::chrono::milliseconds(2600));
@@ -539,6 +556,155 @@ TEST_F(StoreJoin, SigtermIsHeldInTheRankAndDefaultInItsForkedChildren) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(85 + rank);
   });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+}
+
+// The files a store's folder holds whose names start with `prefix`.
+std::vector<fs::path> files_named(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
+  }
+  return out;
+}
+
+// torch's destroy_process_group: the job lets go of its store (issue 39). The rank that leaves releases it at once (no
+// call in flight), is not waited for by another rank's dump, dumps alone meanwhile (a rank-local file that says so),
+// and joins the job's next store, where an OOM again gives one archive of every rank. Each store is released once per
+// rank and never called after.
+TEST_F(StoreJoin, ARankThatLeavesItsStoreIsNotWaitedForAndJoinsTheNextOne) {
+  const fs::path next_store = dir_.path() / "store-next";
+  fs::create_directories(next_store);
+  const fs::path left0 = dir_.path() / "left0", signalled = dir_.path() / "signalled", done = dir_.path() / "done";
+  const auto statuses = run_ranks(2, [&](int rank) {
+    oomflight_mark_batch(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the agreement at start
+    if (rank == 0) {
+      if (oomflight_leave_store("destroy_process_group") != OOMFLIGHT_OK) _exit(70);
+      if (g_releases.load() != 1) _exit(71);  // no call was in flight: released at once
+      if (oomflight_leave_store(nullptr) != OOMFLIGHT_ESTATE) _exit(72);
+      oomflight_dump_request alone = OOMFLIGHT_DUMP_REQUEST_INIT;
+      alone.kind = OOMFLIGHT_DUMP_SIGNAL;
+      alone.reason = "between two stores";
+      oomflight_request_dump(&alone, nullptr);
+      std::ofstream(left0) << "x";
+      wait_for(signalled);
+    } else {
+      wait_for(left0);
+      const auto start = std::chrono::steady_clock::now();
+      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+      request.kind = OOMFLIGHT_DUMP_SIGNAL;
+      request.reason = "after rank 0 left";
+      oomflight_request_dump(&request, nullptr);
+      std::ofstream(signalled) << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (oomflight_leave_store("destroy_process_group") != OOMFLIGHT_OK) _exit(70);
+    }
+    if (g_calls_after_release.load() != 0) _exit(74);
+    static FolderStore next;
+    next.dir = next_store;
+    oomflight_store store{sizeof(oomflight_store), &next, &FolderStore::set, &FolderStore::get, &FolderStore::add,
+                          nullptr, &FolderStore::release};
+    if (oomflight_join_store(&store, rank, 2, rank) != OOMFLIGHT_OK) _exit(73);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+      std::ofstream(done) << "x";
+    } else {
+      wait_for(done);
+    }
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0})) << log(0) << log(1);
+  double seconds = -1;
+  std::ifstream(signalled) >> seconds;
+  EXPECT_LT(seconds, 30.0) << "rank 1's dump waited for rank 0, which had left (the deadline is 60 s)\n" << log(1);
+  std::map<std::string, Archive> files;
+  for (const auto& f : test::files_with_suffix(dir_.path() / "out", ".h5")) {
+    files.emplace(f.filename().string(), read_archive(f.string()));
+  }
+  ASSERT_EQ(files.size(), 3u) << log(0) << log(1);
+  const Archive& alone = files.at("signal.0.rank0.h5");
+  EXPECT_EQ(alone.header.ranks_present, (std::vector<std::int32_t>{0}));
+  EXPECT_EQ(alone.header.world_size, 2);
+  EXPECT_EQ(alone.header.reason, "rank 0: between two stores (written by this rank alone, after this rank left the "
+                                 "job's store (destroy_process_group))");
+  const Archive& without_rank_0 = files.at("signal.0.h5");
+  EXPECT_EQ(without_rank_0.header.ranks_present, (std::vector<std::int32_t>{1}));
+  const Archive& both = files.at("oom.0.h5");
+  EXPECT_EQ(both.header.ranks_present, (std::vector<std::int32_t>{0, 1})) << log(0) << log(1);
+  EXPECT_EQ(both.header.origin_ranks, (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(files_named(store_dir(), "released.").size(), 2u);  // each rank let go of the first store once
+  EXPECT_EQ(files_named(next_store, "released.").size(), 2u);   // and of the second at its session's end
+  for (const fs::path& marker : files_named(next_store, "released.")) {
+    std::string calls_after;
+    std::ifstream(marker) >> calls_after;
+    EXPECT_EQ(calls_after, "0") << marker;
+  }
+}
+
+// A plugin built against the 0.2.1 header passes the struct without `release`: it is taken, and never released
+// (that plugin keeps its store until the process ends, as it expects).
+TEST_F(StoreJoin, AStoreOfThe021HeaderIsTakenAndNeverReleased) {
+  const auto statuses = run_ranks(1, [&](int) {});  // the harness's own store, released at the end
+  EXPECT_EQ(statuses, (std::vector<int>{0}));
+  EXPECT_EQ(files_named(store_dir(), "released.").size(), 1u);
+  const fs::path old_store = dir_.path() / "store-021";
+  fs::create_directories(old_store);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen(log_path(5).c_str(), "w", stderr);
+    setenv("OOMFLIGHT_FOLDER", (dir_.path() / "out").c_str(), 1);
+    if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
+    FolderStore folder{old_store};
+    oomflight_store store{OOMFLIGHT_STORE_SIZE_0_2_1, &folder, &FolderStore::set, &FolderStore::get,
+                          &FolderStore::add, nullptr, &FolderStore::release};  // `release` beyond struct_size
+    if (oomflight_join_store(&store, 0, 1, 0) != OOMFLIGHT_OK) _exit(91);
+    _exit(oomflight_shutdown() == OOMFLIGHT_OK && g_releases.load() == 0 ? 0 : 92);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log(5);
+  EXPECT_TRUE(files_named(old_store, "released.").empty());
+}
+
+// Before it reaches the job's store, a process that torchrun started (RANK, WORLD_SIZE, LOCAL_RANK) is that rank (issue
+// 39: it claimed rank 0 of 1, and wrote an "archive" of the job): its log line and its rank-local file name it, and the
+// file says it was written alone, before the store was reached.
+TEST_F(StoreJoin, ALauncherNumberedRankIsThatRankBeforeItReachesTheStore) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen(log_path(2).c_str(), "w", stderr);
+    setenv("OOMFLIGHT_FOLDER", (dir_.path() / "out").c_str(), 1);
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("LOCAL_RANK", "2", 1);
+    if (oomflight_init() != OOMFLIGHT_OK) _exit(90);
+    int rank = -1, world = -1;
+    oomflight_rank(&rank, &world);
+    if (rank != 2 || world != 4) _exit(91);
+    oomflight_mark_batch(0);
+    oomflight_record(OOMFLIGHT_ALLOC, 0, 0x1000, 512, 0, -1);
+    oomflight_trigger_oom(0, "CUDA out of memory. Tried to allocate 2.00 GiB", 2ull << 30, 1ull << 20);
+    std::fflush(stderr);
+    _exit(oomflight_shutdown() == OOMFLIGHT_OK ? 0 : 92);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log(2);
+  const auto files = test::files_with_suffix(dir_.path() / "out", ".h5");
+  ASSERT_EQ(files.size(), 1u) << log(2);
+  EXPECT_EQ(files[0].filename(), "oom.0.rank2.h5");
+  const Archive a = read_archive(files[0].string());
+  EXPECT_EQ(a.header.world_size, 4);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{2}));
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{2}));
+  EXPECT_EQ(a.header.reason, "rank 2: CUDA out of memory. Tried to allocate 2.00 GiB (written by this rank alone, "
+                             "before this rank reached the job's store)");
+  ASSERT_EQ(a.ranks.size(), 1u);
+  EXPECT_EQ(a.ranks[0].local_rank, 2);
+  EXPECT_NE(log(2).find("oomflight[rank 2] error: rank 2 out of memory at batch 0 (requested 2.00 GiB, 1.00 MiB "
+                        "free)"),
+            std::string::npos)
+      << log(2);
+  EXPECT_NE(log(2).find("by this rank alone, before this rank reached the job's store"), std::string::npos) << log(2);
 }
 
 }  // namespace

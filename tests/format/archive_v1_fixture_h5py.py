@@ -55,7 +55,7 @@ def frames_of(f, stack_id):
     s = strings_of(f)
     st = f["stacks"][stack_id]
     ids = f["stack_frames"][st["frame_offset"]: st["frame_offset"] + st["frame_count"]]
-    return [(s(fr["function"]), s(fr["file"]), int(fr["line"])) for fr in f["frames"][ids]]
+    return [(s(fr["function"]), s(fr["file"]), int(fr["line"])) for fr in f["frames"][:][ids]]  # in memory: h5py reads listed rows in increasing order
 
 
 def check_rank(f, name, row, origin):

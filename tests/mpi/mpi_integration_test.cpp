@@ -286,8 +286,13 @@ TEST(MpiDriver, AFailingThreadThatAsksAfterTheDumpThatHoldsItsFailureGetsThatArc
   EXPECT_EQ(archive->header.origin_ranks, (std::vector<std::int32_t>{2, 3}));
   EXPECT_NE(archive->header.reason.find("rank 3: out of memory at batch 0: tried to allocate 16.00 KiB"),
             std::string::npos) << archive->header.reason;
-  EXPECT_NE(output.find("rank 3 reports, after the dump that holds its failure: driver: out of memory on rank 3"),
-            std::string::npos) << output;
+  // Rank 3 asks 1 s after its failure: after the dump that holds it, or (on a busy machine, a dump slower than that)
+  // while it is still under way. Either way its words reach the log once, and it gets that dump's archive.
+  const bool after = output.find("rank 3 reports, after the dump that holds its failure: driver: out of memory on "
+                                 "rank 3") != std::string::npos;
+  const bool during =
+      output.find("rank 3 reports, in the dump under way: driver: out of memory on rank 3") != std::string::npos;
+  EXPECT_TRUE(after != during) << output;
   const std::string path = (dir.path() / "late/oomflight/oom.0.h5").string();
   EXPECT_NE(output.find(fmt::format("rank 2: dump rc 0 status 0 ranks 4 path {}", path)), std::string::npos) << output;
   EXPECT_NE(output.find(fmt::format("rank 3: dump rc 0 status 0 ranks 4 path {}", path)), std::string::npos) << output;

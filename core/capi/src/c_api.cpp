@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -127,6 +128,16 @@ int failf(int code, fmt::format_string<Args...> format, Args&&... args) noexcept
 
 int not_initialised(const char* function) noexcept {
   return failf(OOMFLIGHT_ESTATE, "{}: oomflight_init was not called (or oomflight_shutdown was)", function);
+}
+
+// A figure of bytes (a size, a free or a capacity) is below 2^63: at or above it, it is a negative number that a
+// caller passed as unsigned (C's -1, a ctypes conversion), never a real one. Returns OOMFLIGHT_OK or OOMFLIGHT_EINVAL
+// with a message naming the function, the argument and its value as both the caller likely meant it and as given.
+constexpr std::uint64_t kBytesLimit = std::uint64_t{1} << 63;
+int check_bytes(const char* function, const char* argument, std::uint64_t value) noexcept {
+  if (value < kBytesLimit) return OOMFLIGHT_OK;
+  return failf(OOMFLIGHT_EINVAL, "{}: {} is {} ({} as an unsigned 64-bit number): a figure of bytes is 0 .. 2^63 - 1",
+               function, argument, static_cast<std::int64_t>(value), value);
 }
 
 // Runs `body`, turning any exception into a return code: nothing may unwind into C.
@@ -439,6 +450,11 @@ int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint6
   if (device < 0 || device > INT16_MAX) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_record: device {} is outside 0 .. 32767", device);
   }
+  // One compare on the hot path: a size (and an oom event's free bytes, carried in addr) is a figure of bytes.
+  if ((size | (action == OOMFLIGHT_OOM ? addr : 0)) >= kBytesLimit) [[unlikely]] {
+    return size >= kBytesLimit ? check_bytes("oomflight_record", "size", size)
+                               : check_bytes("oomflight_record", "addr (an oom event's free bytes)", addr);
+  }
   const bool kept = session->recorder().record(static_cast<Action>(action), static_cast<std::int16_t>(device),
                                                  addr, size, stream, stack_id,
                                                  predates ? oomflight::kEventPredatesHistory : std::uint8_t{0});
@@ -492,6 +508,26 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
                                   "(initialise it with OOMFLIGHT_MEMORY_INIT)");
   }
   const bool has_cap = memory->struct_size >= sizeof(oomflight_memory);
+  const std::pair<const char*, std::uint64_t> figures[] = {
+      {"allocated_bytes", memory->allocated_bytes},
+      {"reserved_bytes", memory->reserved_bytes},
+      {"peak_allocated_bytes", memory->peak_allocated_bytes},
+      {"peak_reserved_bytes", memory->peak_reserved_bytes},
+      {"device_capacity_bytes", memory->device_capacity_bytes},
+      {"device_free_bytes", memory->device_free_bytes},
+      {"memory_cap_bytes", has_cap ? memory->memory_cap_bytes : 0}};
+  for (const auto& [argument, value] : figures) {
+    if (const int rc = check_bytes("oomflight_set_memory", argument, value); rc != OOMFLIGHT_OK) return rc;
+  }
+  // What the driver reports can never exceed the device: a larger free figure is a caller's arithmetic gone wrong.
+  if (memory->device_capacity_bytes != 0 && memory->device_free_bytes > memory->device_capacity_bytes) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_set_memory: device_free_bytes {} is above device_capacity_bytes {}",
+                 memory->device_free_bytes, memory->device_capacity_bytes);
+  }
+  if (has_cap && memory->device_capacity_bytes != 0 && memory->memory_cap_bytes > memory->device_capacity_bytes) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_set_memory: memory_cap_bytes {} is above device_capacity_bytes {}",
+                 memory->memory_cap_bytes, memory->device_capacity_bytes);
+  }
   const oomflight::MemoryStats stats{memory->allocated_bytes,       memory->reserved_bytes,
                                      memory->peak_allocated_bytes,  memory->peak_reserved_bytes,
                                      memory->device_capacity_bytes, memory->device_free_bytes,
@@ -589,6 +625,10 @@ int copy_state(oomflight::Session& session, const oomflight_dump_request& q, boo
       return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: segments[{}].device {} is outside 0 .. {}", i, s.device,
                    oomflight::kMaxDevices - 1);
     }
+    if (s.total_size >= kBytesLimit) {
+      return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: segments[{}].total_size is {}: a figure of bytes is "
+                   "0 .. 2^63 - 1", i, static_cast<std::int64_t>(s.total_size));
+    }
     oomflight::StateSegmentRow row;
     row.device = s.device;
     row.address = s.address;
@@ -615,6 +655,11 @@ int copy_state(oomflight::Session& session, const oomflight_dump_request& q, boo
   out.blocks.reserve(q.block_count);
   for (std::uint64_t i = 0; i < q.block_count; ++i) {
     const oomflight_block_state& b = q.blocks[i];
+    if (b.size >= kBytesLimit || b.requested_size >= kBytesLimit) {
+      return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: blocks[{}].{} is {}: a figure of bytes is 0 .. 2^63 - 1",
+                   i, b.size >= kBytesLimit ? "size" : "requested_size",
+                   static_cast<std::int64_t>(b.size >= kBytesLimit ? b.size : b.requested_size));
+    }
     if (b.state < 0 || b.state >= oomflight::kBlockStateCount) {
       return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: blocks[{}].state {} is not 0, 1 or 2", i, b.state);
     }
@@ -650,6 +695,16 @@ int oomflight_request_dump(const struct oomflight_dump_request* request, struct 
     return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: device {} is outside -1 .. {}",
                                               request->device, oomflight::kMaxDevices - 1);
   }
+  if (const int rc = check_bytes("oomflight_request_dump", "requested_bytes", request->requested_bytes); rc != 0) {
+    return rc;
+  }
+  if (const int rc = check_bytes("oomflight_request_dump", "device_free_bytes", request->device_free_bytes); rc != 0) {
+    return rc;
+  }
+  if (request->batch < -1) {
+    return failf(OOMFLIGHT_EINVAL, "oomflight_request_dump: batch {} is below -1 (-1: the current batch)",
+                 request->batch);
+  }
   return guarded("oomflight_request_dump", [&]() -> int {
     oomflight::DumpRequest r;
     r.kind = static_cast<DumpKind>(request->kind);
@@ -673,6 +728,8 @@ int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_byt
     return failf(OOMFLIGHT_EINVAL, "oomflight_trigger_oom: device {} is outside 0 .. {}", device,
                                               oomflight::kMaxDevices - 1);
   }
+  if (const int rc = check_bytes("oomflight_trigger_oom", "requested_bytes", requested_bytes); rc != 0) return rc;
+  if (const int rc = check_bytes("oomflight_trigger_oom", "device_free_bytes", device_free_bytes); rc != 0) return rc;
   session->recorder().record(Action::oom, static_cast<std::int16_t>(device), device_free_bytes, requested_bytes, 0);
   return guarded("oomflight_trigger_oom", [&]() -> int {
     oomflight::DumpRequest r;
@@ -713,7 +770,20 @@ namespace {
 // names the key and the store's own words.
 class CStoreClient final : public oomflight::StoreClient {
  public:
-  explicit CStoreClient(const oomflight_store& store) : s_(store) {}
+  // `size`: the struct_size the plugin passed (its `release` only when that covers it).
+  CStoreClient(const oomflight_store& store, std::size_t size) {
+    std::memcpy(&s_, &store, std::min(size, sizeof s_));
+    s_.struct_size = sizeof s_;
+    if (size < sizeof s_) s_.release = nullptr;
+  }
+  // The last use of the store: the plugin lets go of it (StoreHandle destroys this client once no call is in flight).
+  // Only once joined: a join that failed leaves the store the plugin's (oomflight.h).
+  ~CStoreClient() override {
+    if (armed_ && s_.release != nullptr) s_.release(s_.user);
+  }
+  void arm() { armed_ = true; }
+  CStoreClient(const CStoreClient&) = delete;
+  CStoreClient& operator=(const CStoreClient&) = delete;
   void set(const std::string& key, const std::string& value) override {
     check(s_.set(s_.user, key.c_str(), value.data(), value.size()), "set", key);
   }
@@ -745,15 +815,16 @@ class CStoreClient final : public oomflight::StoreClient {
     throw std::runtime_error(fmt::format("the job's store failed to {} {} ({}){}{}", what, key, rc,
                                          why != nullptr ? ": " : "", why != nullptr ? why : ""));
   }
-  oomflight_store s_;
+  oomflight_store s_{};
+  bool armed_ = false;  // set under the lifecycle lock once joined; read at destruction, which that lock orders after
 };
 }  // namespace
 
 int oomflight_join_store(const struct oomflight_store* store, int rank, int world_size, int local_rank) {
-  if (store == nullptr || store->struct_size < sizeof(oomflight_store) || store->set == nullptr ||
+  if (store == nullptr || store->struct_size < OOMFLIGHT_STORE_SIZE_0_2_1 || store->set == nullptr ||
       store->get == nullptr || store->add == nullptr) {
-    return fail(OOMFLIGHT_EINVAL, "oomflight_join_store: store is NULL, smaller than struct oomflight_store, or "
-                                  "lacks set, get or add");
+    return fail(OOMFLIGHT_EINVAL, "oomflight_join_store: store is NULL, smaller than struct oomflight_store of "
+                                  "0.2.1, or lacks set, get or add");
   }
   if (world_size < 1 || rank < 0 || rank >= world_size || local_rank < 0 || local_rank >= world_size) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_join_store: rank {} and local rank {} of world size {}: out of range",
@@ -766,7 +837,10 @@ int oomflight_join_store(const struct oomflight_store* store, int rank, int worl
     return fail(OOMFLIGHT_ESTATE, "oomflight_join_store: an MPI launcher started this process: its ranks are MPI's");
   }
   try {
-    session->join_store(std::make_unique<CStoreClient>(*store), rank, world_size, local_rank);
+    auto client = std::make_unique<CStoreClient>(*store, store->struct_size);
+    CStoreClient* const joined = client.get();
+    session->join_store(std::move(client), rank, world_size, local_rank);
+    joined->arm();  // released only by a leave or the session's end, which wait for this lock
     return OOMFLIGHT_OK;
   } catch (const std::logic_error& e) {
     if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) {
@@ -778,6 +852,21 @@ int oomflight_join_store(const struct oomflight_store* store, int rank, int worl
   } catch (const std::exception& e) {
     return failf(OOMFLIGHT_EINTERNAL, "oomflight_join_store: {}", e.what());
   }
+}
+
+int oomflight_leave_store(const char* reason) {
+  const std::lock_guard lock(lifecycle_mutex());
+  oomflight::Session* const session = live_session();
+  if (session == nullptr) return not_initialised("oomflight_leave_store");
+  std::string why;
+  try {
+    why = reason != nullptr && *reason != '\0' ? reason : "the job let go of its store";
+  } catch (...) {
+  }
+  if (!session->leave_store(why)) {
+    return fail(OOMFLIGHT_ESTATE, "oomflight_leave_store: this process has not joined a store");
+  }
+  return OOMFLIGHT_OK;
 }
 
 int oomflight_shutdown(void) { return end_session(oomflight::Session::End::requested, "oomflight_shutdown"); }

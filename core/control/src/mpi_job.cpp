@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fmt/format.h>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -44,7 +45,26 @@ std::pair<std::string, std::string> shared_names(const std::string& configured, 
   return {fixed_string(buf.run_name), fixed_string(buf.job_id)};
 }
 
+// A decimal number of at most 9 digits, whole: nothing else is a launcher's rank.
+std::optional<int> whole_number(const char* text) {
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  int value = 0, digits = 0;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || ++digits > 9) return std::nullopt;
+    value = value * 10 + (*c - '0');
+  }
+  return value;
+}
+
 }  // namespace
+
+std::optional<LauncherRank> launcher_rank() {
+  const auto rank = whole_number(std::getenv("RANK"));
+  const auto world_size = whole_number(std::getenv("WORLD_SIZE"));
+  if (!rank || !world_size || *world_size < 1 || *rank >= *world_size) return std::nullopt;
+  const auto local_rank = whole_number(std::getenv("LOCAL_RANK"));
+  return LauncherRank{*rank, *world_size, local_rank && *local_rank < *world_size ? *local_rank : 0};
+}
 
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
@@ -94,6 +114,13 @@ RankIdentity identify(const Config& config, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) {
     id.run_name = config.run_name.empty() ? generate_run_name() : config.run_name;
     id.job_id = generate_job_id();
+    // A process that torchrun (or a trainer's launcher) started is the launcher's rank from the start, in its log
+    // and its files, before it reaches the job's store (which confirms the same numbers).
+    if (const auto launched = launcher_rank()) {
+      id.rank = launched->rank;
+      id.world_size = launched->world_size;
+      id.local_rank = launched->local_rank;
+    }
     return id;
   }
   MPI_Comm_rank(comm, &id.rank);

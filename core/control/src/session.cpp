@@ -92,7 +92,16 @@ void Session::refuse_start_up(MPI_Comm world) noexcept {
 }
 
 Session::~Session() {
-  if (!shutdown(End::error)) {
+  const bool ended = shutdown(End::error);
+  bool left_behind = false;
+  for (auto& left : left_stores_) {
+    // A store this rank left whose watcher was left behind (in a dump of its own) still reads the session's parts.
+    if (!left->watcher_joined()) {
+      (void)left.release();
+      left_behind = true;
+    }
+  }
+  if (!ended || left_behind) {
     // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
     (void)protocol_.release();
     (void)store_protocol_.release();
@@ -142,7 +151,7 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
   }
   std::lock_guard lock(batch_mutex_);
   if (protocol_) throw std::logic_error("this process joined its MPI job already (an MPI launcher started it)");
-  if (store_protocol_) throw std::logic_error("this process joined the job's store already");
+  if (store_protocol_) throw std::logic_error("this process joined the job's store already (leave it first)");
   if (shut_down_) throw std::logic_error("the session has ended");
   identity_.rank = rank;
   identity_.world_size = world_size;
@@ -153,6 +162,28 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
       std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, files_mutex_, recorder_, *executor_,
                                       std::move(store));
   store_view_.store(store_protocol_.get(), std::memory_order_release);
+}
+
+bool Session::leave_store(const std::string& why) noexcept {
+  try {
+    std::unique_ptr<StoreProtocol> leaving;
+    {
+      std::lock_guard lock(batch_mutex_);
+      if (!store_protocol_) return false;
+      left_stores_.reserve(left_stores_.size() + 1);  // the push_back below cannot throw: never freed under a watcher
+      // dump() reads the view without the lock: what it finds stays alive (kept in left_stores_), and answers as a
+      // protocol that left (its dump, if any, is this rank's alone).
+      store_view_.store(nullptr, std::memory_order_release);
+      leaving = std::move(store_protocol_);
+      alone_because_ = "after this rank left the job's store (" + why + ")";
+    }
+    leaving->leave(why);
+    std::lock_guard lock(batch_mutex_);
+    left_stores_.push_back(std::move(leaving));
+    return true;
+  } catch (...) {
+    return false;  // out of memory before anything was moved: still joined
+  }
 }
 
 void Session::mark_batch(std::int64_t batch) {
@@ -200,6 +231,18 @@ void Session::take_snapshot(const SnapshotWindow& window) {
       store->snapshot_written(window.first, window.last, mine);
       return;
     }
+    if (identity_.world_size > 1) {
+      // One of several ranks, not coordinated with the others (its launcher numbered it, the job's store is not
+      // reached or was left): its own rank-local file, named and marked as such, never an archive claiming the job.
+      const std::string alone =
+          store != nullptr ? "the job's ranks did not agree at start to coordinate their dumps" : alone_because_;
+      header.reason += fmt::format(" (written by this rank alone, {})", alone);
+      const std::string mine =
+          executor_->write_rank_local(header, dump, DumpKind::snapshot, window.first, Durability::verified);
+      log().info("snapshot of batches {} to {}: rank-local file {} written by this rank alone, {}", window.first,
+                 window.last, mine, alone);
+      return;
+    }
     const std::string path = write_archive(executor_->archive_path(DumpKind::snapshot, window.first), header, dump,
                                            Durability::verified,
                                            config_.overwrite ? Naming::replace : Naming::keep_others);
@@ -223,13 +266,19 @@ DumpResult Session::dump(const DumpRequest& given) {
   }
   if (request.kind == DumpKind::oom) oom_dumped_ = true;
   if (protocol_) return protocol_->request(request);
+  std::string alone;  // why a rank of several dumps alone, for its file's reason and its log line
   if (StoreProtocol* store = store_view_.load(std::memory_order_acquire)) {
     if (auto r = store->request(request)) return std::move(*r);
+    alone = "the job's ranks did not agree at start to coordinate their dumps";
   }
-  return dump_alone(request);
+  if (identity_.world_size > 1 && alone.empty()) {
+    std::lock_guard lock(batch_mutex_);
+    alone = alone_because_;
+  }
+  return dump_alone(request, alone);
 }
 
-DumpResult Session::dump_alone(const DumpRequest& request) {
+DumpResult Session::dump_alone(const DumpRequest& request, const std::string& alone) {
   const std::int64_t start = monotonic_ns();
   FrozenHistory h = recorder_.freeze(request.device);
   if (request.batch >= 0) h.batch = request.batch;
@@ -240,8 +289,9 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
   if (request.kind == DumpKind::oom) {
     log().error("{}{}{}", cause, request.reason.empty() ? "" : ": ", request.reason);
   }
-  const ArchiveHeader header =
-      executor_->header(request.kind, h.batch, fmt::format("rank {}: {}", identity_.rank, request.reason), me, me);
+  const std::string note = alone.empty() ? "" : fmt::format(" (written by this rank alone, {})", alone);
+  const ArchiveHeader header = executor_->header(
+      request.kind, h.batch, fmt::format("rank {}: {}{}", identity_.rank, request.reason, note), me, me);
   // The batch thread's snapshot, or a joined rank's watcher, may be in HDF5 meanwhile.
   std::unique_lock<std::mutex> files(files_mutex_);
   DumpResult r =
@@ -256,7 +306,8 @@ DumpResult Session::dump_alone(const DumpRequest& request) {
       prune_archives(r.path, identity_.run_name, identity_.job_id, config_);
       break;
     case DumpResult::Status::rank_local:
-      log().warn("{}; rank-local file {} written in {}{}", summary, r.path, format_seconds(r.seconds),
+      log().warn("{}; rank-local file {} written in {}{}{}", summary, r.path, format_seconds(r.seconds),
+                 alone.empty() ? "" : fmt::format(" by this rank alone, {}", alone),
                  r.error.empty() ? "" : fmt::format(" ({})", r.error));
       break;
     default:

@@ -68,7 +68,7 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
                              std::mutex& files_mutex, Recorder& recorder, DumpExecutor& executor,
                              std::unique_ptr<StoreClient> store)
     : config_(config), id_(identity), identity_mutex_(identity_mutex), recorder_(recorder), executor_(executor),
-      store_(std::move(store)), pacing_(store_pacing(config.poll_interval, identity.world_size)),
+      store_(std::make_unique<StoreHandle>(std::move(store))), pacing_(store_pacing(config.poll_interval, identity.world_size)),
       files_mutex_(files_mutex) {
   // Rank 0 gives up on missing hellos after one deadline; the others wait for its verdict one deadline more (rank 0
   // may have started later than they did).
@@ -347,8 +347,15 @@ void StoreProtocol::watch() {
     }
     if (agreed_now) dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
     if (now < next_store_ns) continue;
-    // After a failure of the store, back off: a store that went away must not cost a core.
-    next_store_ns = now + to_ns(failures > 0 ? pacing_.idle * 10 : pacing_.idle);
+    next_store_ns = now + to_ns(pacing_.idle);
+    // The store answered again after failures: said once, with their count.
+    const auto answered = [&] {
+      if (failures == 0) return;
+      log().info("the job's store answers again, after {} failed {}", store_failures_,
+                 store_failures_ == 1 ? "look" : "looks");
+      failures = 0;
+      store_failures_ = 0;
+    };
     try {
       State state;
       {
@@ -357,7 +364,7 @@ void StoreProtocol::watch() {
       }
       if (state == State::agreeing) {
         if (try_agree(agree_deadline_ns_)) cv_.notify_all();
-        failures = 0;
+        answered();
         continue;
       }
       std::int64_t n = 0;
@@ -367,7 +374,7 @@ void StoreProtocol::watch() {
         n = next_dump_;
       }
       const auto text = store_->get(key(n, "cause"));
-      failures = 0;
+      answered();
       if (!text) {
         // No dump to answer: a snapshot window this rank completed is merged now.
         std::optional<std::pair<std::int64_t, std::int64_t>> window;
@@ -428,9 +435,22 @@ void StoreProtocol::watch() {
       }
       end_on_sigterm();
     } catch (const std::exception& e) {
-      if (failures++ % 100 == 0) log().warn("the store transport's watcher: {}", e.what());
-      next_store_ns = monotonic_ns() + to_ns(pacing_.idle * 10);
+      store_failed(e);
+      // Back off, doubling up to 30 s: a store that went away must cost neither a core nor the job's log (torch
+      // may log each failed request of its own).
+      const std::int64_t backoff = std::min<std::int64_t>(to_ns(pacing_.idle * 10) << std::min(failures, 12),
+                                                          30'000'000'000);
+      ++failures;
+      next_store_ns = monotonic_ns() + backoff;
     }
+  }
+}
+
+void StoreProtocol::store_failed(const std::exception& e) {
+  if (store_failures_++ == 0) {
+    log().warn("the job's store failed: {}; oomflight asks it again less and less often, and says how many more "
+               "looks failed when it answers again or this rank ends",
+               e.what());
   }
 }
 
@@ -770,27 +790,49 @@ void StoreProtocol::finish(DumpResult result, bool counted) {
   cv_.notify_all();
 }
 
-void StoreProtocol::leave_together() {
+std::int64_t StoreProtocol::leave_together() {
   // The leave agreement of the store (docs/protocol.md, "Leaving"): a rank that ends normally keeps answering dumps
   // (its watcher runs on) until every rank has ended or left on an error, so that an OOM on a slower rank still
   // finds this rank's history; bounded by OOMFLIGHT_DUMP_TIMEOUT.
   const int size = id_.world_size;
   const std::int64_t deadline = monotonic_ns() + to_ns(config_.dump_timeout);
-  std::int64_t ended = 0;
+  std::int64_t ending = 0, ended = 0;
   try {
     store_->add("ending", 1);
     for (;;) {
-      ended = store_->add("ending", 0) + store_->add("left_early", 0);
+      ending = store_->add("ending", 0);
+      ended = ending + store_->add("left_early", 0);
       if (ended >= size || monotonic_ns() >= deadline) break;
       sleep_for(pacing_.wait * 2);
     }
   } catch (const std::exception& e) {
     log().debug("the job's store at the end: {}", e.what());
-    return;
+    return 0;
   }
   if (ended < size) {
     log().info("leaving before every rank ended ({} of {} within {}, OOMFLIGHT_DUMP_TIMEOUT)", ended, size,
                format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
+    return 0;
+  }
+  log().debug("every rank ended or left ({} of {}): leaving", ended, size);
+  return ending;
+}
+
+void StoreProtocol::leave_last(std::int64_t ending) {
+  // Every rank ended or left: nobody waits for anybody any more, so nothing more is said but this. The rank whose
+  // process hosts the store's server (rank 0 of a job whose rank 0 serves the TCPStore: a plain env:// job,
+  // Lightning's launcher) takes it down when it lets go of the store: the others' last requests must come before.
+  // So each rank but 0 makes one last request, `gone`, with its watcher stopped; rank 0 lets go once every other
+  // rank that ended normally has said it (at most a second: a rank that died meanwhile is not waited for longer).
+  try {
+    if (id_.rank != 0) {
+      store_->add("gone", 1);
+      return;
+    }
+    const std::int64_t until = monotonic_ns() + std::min<std::int64_t>(to_ns(config_.dump_timeout), 1'000'000'000);
+    while (store_->add("gone", 0) < ending - 1 && monotonic_ns() < until) sleep_for(pacing_.wait);
+  } catch (const std::exception& e) {
+    log().debug("the job's store at the end: {}", e.what());
   }
 }
 
@@ -802,7 +844,7 @@ void StoreProtocol::shutdown(bool normal) {
     // A rank that ends right after it joined waits for the agreement first: it has a part in the leave agreement.
     normal = normal && wait_agreed(lock);
   }
-  if (normal) leave_together();
+  const std::int64_t all_ended = normal ? leave_together() : 0;  // > 0: every rank ended or left
   std::int64_t reached = 0;
   bool agreed = false;
   {
@@ -818,6 +860,7 @@ void StoreProtocol::shutdown(bool normal) {
     uninstall_exit_signal();
     if (take_exit_signal()) end_with_sigterm();  // it came after the watcher's last look: end as it meant
   }
+  bool watcher_ended = false;
   if (watcher_.joinable()) {
     // A watcher inside a round trip to a store that hangs is left behind, not waited for (sessions are never
     // freed, so what it reads stays).
@@ -827,33 +870,93 @@ void StoreProtocol::shutdown(bool normal) {
     lock.unlock();
     if (exited) {
       watcher_.join();
+      watcher_ended = true;
+      lock.lock();
+      watcher_joined_ = true;
     } else {
       watcher_.detach();
       if (!self) log().warn("the store transport's watcher is left behind (inside a round trip to the store)");
     }
   }
-  if (!agreed) return;
-  // A snapshot window this rank completed at the end (its last batch closes at a normal end) is merged before it
-  // leaves: nobody else will.
-  std::vector<std::pair<std::int64_t, std::int64_t>> windows;
-  {
-    std::lock_guard lock(mutex_);
-    windows.swap(snapshots_to_merge_);
+  if (watcher_ended && store_failures_ > 1) {
+    log().info("{} more looks at the job's store failed after the first", store_failures_ - 1);
   }
-  for (const auto& [first, last] : windows) {
-    try {
-      merge_snapshot(first, last);
-    } catch (const std::exception& e) {
-      log().error("snapshot of batches {} to {}: {}", first, last, e.what());
+  if (agreed) {
+    // A snapshot window this rank completed at the end (its last batch closes at a normal end) is merged before it
+    // leaves: nobody else will.
+    std::vector<std::pair<std::int64_t, std::int64_t>> windows;
+    {
+      std::lock_guard lock(mutex_);
+      windows.swap(snapshots_to_merge_);
+    }
+    for (const auto& [first, last] : windows) {
+      try {
+        merge_snapshot(first, last);
+      } catch (const std::exception& e) {
+        log().error("snapshot of batches {} to {}: {}", first, last, e.what());
+      }
+    }
+    if (all_ended > 0) {
+      leave_last(all_ended);  // the watcher is stopped: no look at the store comes after this
+    } else {
+      tell_left(reached, !normal);
     }
   }
+  // The job's store is the job's: oomflight's reference goes now (or with the last call in flight), so that the
+  // store ends when the job lets go of it (a FileStore's file is removed then, as without oomflight).
+  store_->release("this rank's oomflight session ended");
+}
+
+void StoreProtocol::tell_left(std::int64_t reached, bool early) {
   try {
     store_->set(fmt::format("left/{}", id_.rank), std::to_string(reached));
     store_->add("left", 1);
-    if (!normal) store_->add("left_early", 1);  // ranks ending normally wait for nobody that left this way
+    if (early) store_->add("left_early", 1);  // ranks ending normally wait for nobody that left this way
   } catch (const std::exception& e) {
     log().debug("cannot tell the job's store that this rank left: {}", e.what());
   }
+}
+
+void StoreProtocol::leave(const std::string& why) {
+  std::int64_t reached = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (left_) {
+      store_->release(why);  // ended already; its store goes now if it has not
+      return;
+    }
+    left_ = true;
+    stop_ = true;  // the watcher stops at its next look; a dump under way ends at its next store call
+    reached = next_dump_;
+  }
+  cv_.notify_all();
+  if (dump_signal_) uninstall_dump_signal();
+  if (exit_signal_) {
+    uninstall_exit_signal();
+    if (take_exit_signal()) end_with_sigterm();  // a SIGTERM the watcher had not acted on yet
+  }
+  tell_left(reached, true);
+  store_->release(why);
+  // Never held up for long: the caller is the job, letting go of its store (destroy_process_group).
+  bool exited = false;
+  if (watcher_.joinable() && watcher_.get_id() != std::this_thread::get_id()) {
+    std::unique_lock lock(mutex_);
+    exited = cv_.wait_for(lock, config_.poll_interval + std::chrono::milliseconds(100),
+                          [&] { return watcher_exited_; });
+  }
+  if (exited) {
+    watcher_.join();
+    std::lock_guard lock(mutex_);
+    watcher_joined_ = true;
+  } else if (watcher_.joinable()) {
+    watcher_.detach();  // still in a dump (its own file, on disk): it ends by itself; this protocol outlives it
+  }
+  log().debug("left the job's store: {}", why);
+}
+
+bool StoreProtocol::watcher_joined() {
+  std::lock_guard lock(mutex_);
+  return watcher_joined_;
 }
 
 }  // namespace oomflight

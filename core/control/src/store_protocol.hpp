@@ -42,6 +42,7 @@
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/control/store_client.hpp"
 #include "oomflight/record/recorder.hpp"
+#include "store_handle.hpp"
 #include "store_pacing.hpp"
 
 namespace oomflight {
@@ -85,8 +86,20 @@ class StoreProtocol {
   /// Ends this rank's part. A `normal` end first keeps answering dumps until every rank has ended or left on an
   /// error (the leave agreement; at most OOMFLIGHT_DUMP_TIMEOUT); any other end waits for nobody. Then the dump under
   /// way ends (bounded by 3 x OOMFLIGHT_DUMP_TIMEOUT), the watcher stops, a snapshot window this rank completed is
-  /// merged, and the other ranks learn that this one left (so that no dump waits for it). Idempotent; never throws.
+  /// merged, and the other ranks learn that this one left (so that no dump waits for it). The store is released
+  /// last (store_handle.hpp). Idempotent; never throws.
   void shutdown(bool normal);
+
+  /// The job is letting go of its store (torch's destroy_process_group): this rank leaves at once, as an error end
+  /// does (the other ranks learn it, and no dump waits for it), without waiting for anyone: a dump under way on this
+  /// rank ends at its next store call (its rank-local file stands), the watcher is given at most a poll interval to
+  /// stop (else it is left behind), and the store is released once no call is in flight. `why` names the cause in
+  /// any later error. Idempotent; never throws.
+  void leave(const std::string& why);
+
+  /// Whether the watcher thread has ended and was joined: only then may the protocol be destroyed (one whose watcher
+  /// was left behind must outlive it). Thread-safe.
+  bool watcher_joined();
 
  private:
   enum class State { agreeing, agreed, off };
@@ -101,7 +114,12 @@ class StoreProtocol {
   };
 
   void watch();
-  void leave_together();
+  // The leave agreement of a normal end: the number of ranks that ended normally once every rank ended or left, 0
+  // when the deadline came first (or the store failed).
+  std::int64_t leave_together();
+  // After a complete leave agreement, the watcher stopped: the last word of a rank (`gone`), and rank 0's wait for
+  // the others' (it may host the store's server, which goes when it lets go of the store).
+  void leave_last(std::int64_t ending);
   void end_on_sigterm();  // SIGTERM arrived: after the dump under way (or an exit dump), end as SIGTERM would
   void dump_on_sigusr1();
   bool state_off();  // SIGUSR1 arrived: a signal dump of every rank (at most one per signal_dump_interval)
@@ -114,6 +132,12 @@ class StoreProtocol {
   // Ends the dump under way with `result`; `counted`: it was announced in the store (the dump number moves on).
   void finish(DumpResult result, bool counted = true);
   std::string key(std::int64_t n, const std::string& what) const;
+  // Tells the job's store that this rank left before dump `reached` (and, `early`, not by a normal end: ranks
+  // ending normally wait for nobody that left this way); stops at the first failure (a store that is gone answers
+  // nothing, and each failed request may cost the job's log a warning of torch's).
+  void tell_left(std::int64_t reached, bool early);
+  // The watcher's look at the store failed: logged once with the cause, later failures counted (store_failures_).
+  void store_failed(const std::exception& e);
   static std::string encode(const Cause& c);
   static std::optional<Cause> decode(const std::string& text);
   std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
@@ -130,7 +154,7 @@ class StoreProtocol {
   std::mutex& identity_mutex_;
   Recorder& recorder_;
   DumpExecutor& executor_;
-  std::unique_ptr<StoreClient> store_;
+  std::unique_ptr<StoreHandle> store_;  // released at the end of this rank's part (shutdown, leave)
   const StorePacing pacing_;  // how often this rank asks the store: bounded for the whole job (store_pacing.hpp)
   std::int64_t agree_deadline_ns_ = 0;
 
@@ -149,10 +173,12 @@ class StoreProtocol {
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool watcher_exited_ = false;
+  bool watcher_joined_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
   bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
   SignalDumpLimiter signal_limiter_;  // the watcher's
+  std::int64_t store_failures_ = 0;  // the watcher's: failed looks at the store since it last answered
   std::thread watcher_;
 };
 

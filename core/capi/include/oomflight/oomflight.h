@@ -319,7 +319,9 @@ OOMFLIGHT_API int oomflight_rank(int* rank, int* world_size);
  *  device: ordinal (0 .. 32767); addr: device address (for OOMFLIGHT_OOM: device free bytes); size: bytes (for
  *  OOMFLIGHT_OOM: the requested bytes); stream: the stream handle as an integer; stack_id: from
  *  oomflight_intern_stack, -1 for none, or a deferred id (<= -2) for the registered stack resolver. Wait-free: no allocation, lock or system call.
- *  Returns OOMFLIGHT_OK, OOMFLIGHT_EDROPPED, OOMFLIGHT_EINVAL (bad action, flag or device) or OOMFLIGHT_ESTATE. */
+ *  Returns OOMFLIGHT_OK, OOMFLIGHT_EDROPPED, OOMFLIGHT_EINVAL (bad action, flag or device; a size, or an
+ *  OOMFLIGHT_OOM event's free bytes, of 2^63 or more: a negative figure passed as unsigned; the message names it)
+ *  or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                    int32_t stack_id);
 
@@ -356,8 +358,9 @@ OOMFLIGHT_API int oomflight_set_stack_resolver(oomflight_stack_resolver resolver
 /** Publishes one device's memory figures (see struct oomflight_memory); the device becomes the one whose figures
  *  a dump reports unless a request names another. Lock-free (relaxed atomic stores): cheap enough after every
  *  event. Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (memory NULL, memory->struct_size below 0.2.0's 56 bytes,
- *  device outside 0 .. 63) or
- *  OOMFLIGHT_ESTATE. */
+ *  device outside 0 .. 63, a figure of 2^63 or more: a negative number passed as unsigned, device_free_bytes or
+ *  memory_cap_bytes above a known device_capacity_bytes; the message names the field and its value; nothing is
+ *  published then) or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_set_memory(int device, const struct oomflight_memory* memory);
 
 /** Records one start or end of a collective or point-to-point operation, stamped now (the events' clock) with the
@@ -395,8 +398,9 @@ OOMFLIGHT_API int oomflight_set_metadata(const char* key, const char* value);
  *  struct_size is at least sizeof(struct oomflight_dump_result) (use OOMFLIGHT_DUMP_RESULT_INIT), else left as is.
  *  Returns OOMFLIGHT_OK when an archive was written, OOMFLIGHT_EDUMP otherwise (result->status says what was
  *  written), OOMFLIGHT_EDISABLED, OOMFLIGHT_EINVAL (request NULL, request->struct_size below the 0.2 request's
- *  48 bytes, kind out of range, device outside -1 .. 63; an allocator state with a NULL array, more rows than its
- *  limits, a segment's device outside 0 .. 63, a block's state outside 0 .. 2, a segment detail's type outside
+ *  48 bytes, kind out of range, device outside -1 .. 63, batch below -1, requested_bytes or device_free_bytes of
+ *  2^63 or more (a negative figure passed as unsigned); an allocator state with a NULL array, more rows than its
+ *  limits, a segment's device outside 0 .. 63, a size of 2^63 or more, a block's state outside 0 .. 2, a segment detail's type outside
  *  -1 .. 1, or a stack id not interned: the
  *  message names the row), OOMFLIGHT_ENOMEM (no host memory for the dump),
  *  OOMFLIGHT_EINTERNAL or OOMFLIGHT_ESTATE. The path written is oomflight_last_dump_path(). Blocks the calling
@@ -406,7 +410,7 @@ OOMFLIGHT_API int oomflight_request_dump(const struct oomflight_dump_request* re
 
 /** The common case for an allocator hook: records an OOMFLIGHT_OOM event on `device` (size = requested_bytes,
  *  addr = device_free_bytes) and asks for an oom dump of that device; returns as oomflight_request_dump, or
- *  OOMFLIGHT_EINVAL for a device outside 0 .. 63. */
+ *  OOMFLIGHT_EINVAL for a device outside 0 .. 63 or a figure of 2^63 or more (nothing recorded then). */
 OOMFLIGHT_API int oomflight_trigger_oom(int device, const char* reason, uint64_t requested_bytes,
                                         uint64_t device_free_bytes);
 
@@ -461,8 +465,8 @@ OOMFLIGHT_API int oomflight_end(int exit_status);
  *  thread and from a thread that ran out of memory. Keys are short ASCII text; oomflight puts every key it uses
  *  under the prefix the plugin chose for it. Each function returns 0 on success and a negative number on a failure
  *  of the store (then last_error, when not NULL, says why, for this thread); none waits for a key to appear.
- *  The struct is copied at oomflight_join_store; `user` must stay valid until the process ends (oomflight never
- *  releases it: a dump may still be under way when the process exits). */
+ *  The struct is copied at oomflight_join_store; `user` must stay valid until `release` is called (without a
+ *  `release`, until the process ends). */
 struct oomflight_store {
   size_t struct_size; /**< sizeof(struct oomflight_store) */
   void* user;         /**< passed to every function */
@@ -475,7 +479,15 @@ struct oomflight_store {
   int (*add)(void* user, const char* key, int64_t delta, int64_t* value);
   /** This thread's message for the last failure, or NULL. May be NULL. */
   const char* (*last_error)(void* user);
+  /* Since 0.3 (read only when struct_size covers it: a plugin built against the 0.2.1 header passes 48 bytes): */
+  /** oomflight no longer uses the store: called once, on any thread, after the last call to the other functions
+   *  has returned (when this rank's session ends, or at oomflight_leave_store), so that the plugin drops its
+   *  reference and the store ends when the job lets go of it (a FileStore removes its file then). Never called
+   *  for a store whose oomflight_join_store failed: that one stays the plugin's. May be NULL. */
+  void (*release)(void* user);
 };
+/** The size of struct oomflight_store before `release` (0.2.1): the smallest oomflight_join_store takes. */
+#define OOMFLIGHT_STORE_SIZE_0_2_1 (sizeof(size_t) + 5 * sizeof(void*))
 
 /** Joins a job that no MPI launcher started through `store` (since 0.2.1): this process is rank `rank` of
  *  `world_size` (`local_rank` among the processes of its host), as the job's own launcher numbered it (torch's
@@ -486,8 +498,18 @@ struct oomflight_store {
  *  settings differ, each rank dumps alone, and the log says why on every rank).
  *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (store NULL, a NULL function, struct_size too small, world_size < 1,
  *  rank or local_rank outside 0 .. world_size - 1), OOMFLIGHT_ESTATE (not initialised, under an MPI launcher, or
- *  already joined) or OOMFLIGHT_EINTERNAL. Thread-safe; call it once, before the job's first dump. */
+ *  already joined) or OOMFLIGHT_EINTERNAL. Thread-safe; call it before the job's first dump; again after
+ *  oomflight_leave_store, with the job's new store (its keys under a prefix of their own). */
 OOMFLIGHT_API int oomflight_join_store(const struct oomflight_store* store, int rank, int world_size, int local_rank);
+
+/** The job lets go of the store this process joined (PyTorch's destroy_process_group) (since 0.3): oomflight stops
+ *  using it at once. The other ranks learn that this rank left, so that no dump of theirs waits for it; a dump under
+ *  way on this rank ends at its next use of the store (this rank's rank-local file stands); the store's `release`
+ *  is called once no call to it is in flight. Waits for no other rank, and at most OOMFLIGHT_POLL_INTERVAL + 0.1 s
+ *  for oomflight's own watcher. Until a later oomflight_join_store this rank's dumps are its own rank-local files,
+ *  which say so. `reason` (may be NULL) names why in the log. Returns OOMFLIGHT_OK, OOMFLIGHT_ESTATE (not
+ *  initialised, or no store joined). Thread-safe; never throws. */
+OOMFLIGHT_API int oomflight_leave_store(const char* reason);
 
 /** The last error message of this thread ("" if none). Valid until this thread's next oomflight call. */
 OOMFLIGHT_API const char* oomflight_last_error(void);

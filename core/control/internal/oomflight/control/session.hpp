@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 #include <mutex>
 
 #include "oomflight/control/config.hpp"
@@ -83,8 +84,15 @@ class Session {
   /// process becomes rank `rank` of `world_size` (`local_rank` on its host) in its log, its files and its dumps.
   /// Never waits for another rank (the ranks agree on the watcher thread). Throws std::logic_error when the session
   /// runs under MPI, already joined or ended, std::invalid_argument for ranks out of range, std::runtime_error when
-  /// the store fails at once. Thread-safe; call it before the job's first dump.
+  /// the store fails at once. Thread-safe; call it before the job's first dump. After leave_store(), it joins the
+  /// job's new store (its keys under a prefix of their own: the caller's).
   void join_store(std::unique_ptr<StoreClient> store, int rank, int world_size, int local_rank);
+
+  /// The job lets go of the store it joined through (torch's destroy_process_group): this rank leaves it at once,
+  /// as StoreProtocol::leave says, and releases it; until a later join_store, its dumps are its own (rank-local
+  /// files that say so). Never waits for another rank. Returns false when this process had not joined a store.
+  /// Thread-safe; never throws.
+  bool leave_store(const std::string& why) noexcept;
 
   /// After shutdown(): whether a rank is known to end without MPI_Finalize, now or before: its LEFT message said it
   /// leaves on an error, or (on this node) its process ended with no LEFT message (killed, os._exit, a crash).
@@ -100,7 +108,8 @@ class Session {
   const Config& config() const { return config_; }
 
  private:
-  DumpResult dump_alone(const DumpRequest& request);
+  // This rank's history alone; `alone`: why, when its launcher numbered it one of several ("" for a job of one).
+  DumpResult dump_alone(const DumpRequest& request, const std::string& alone);
   void take_snapshot(const SnapshotWindow& window);
 
   Config config_;
@@ -108,7 +117,12 @@ class Session {
   Recorder recorder_;
   std::unique_ptr<DumpExecutor> executor_;
   std::unique_ptr<TriggerProtocol> protocol_;
-  std::unique_ptr<StoreProtocol> store_protocol_;  // set once by join_store, under batch_mutex_
+  std::unique_ptr<StoreProtocol> store_protocol_;  // set by join_store, under batch_mutex_; null once left
+  // Stores this rank left (leave_store): kept until their watcher is joined (one left behind still reads them).
+  std::vector<std::unique_ptr<StoreProtocol>> left_stores_;
+  // Why this rank dumps alone while its launcher numbered it one of several (the job's store not reached yet, or
+  // left): the reason of such a file, and its log line, say it.
+  std::string alone_because_ = "before this rank reached the job's store";
   std::atomic<StoreProtocol*> store_view_{nullptr};  // what dump() reads without the lock
   SnapshotSchedule schedule_;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
