@@ -255,6 +255,10 @@ class TrainersOwnLaunchers(unittest.TestCase):
         (cwd / "fit.py").write_text(COMPOSER)
         env = child_env()
         env["PYTHONPATH"] = str(PYTHON_ROOT)  # Composer's torch is 2.7.0: the tree's package, extension built here
+        # Built ahead of the job, as the log of a first use tells a user to (a build at first use runs beside the job,
+        # which is not coordinated until it is done: this job fails in its first seconds).
+        check = run([COMPOSER_PY, "-m", "oomflight.torch", "--check"], cwd, env, timeout=600)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr[-3000:])
         composer = str(Path(COMPOSER_PY).parent / "composer")
         result = run([composer, "-n", "2", "--master_port", "29583", "fit.py"], cwd, env, timeout=600)
         self.check_both_ranks(result, cwd, "run composer-oom")
