@@ -269,6 +269,27 @@ def _build_in_background(torch_module, log) -> None:
             pass
 
 
+STALE_LOCK_SECONDS = 15 * 60  # a build here takes 20 - 60 s; a lock this old was left by a killed builder
+
+
+def _clear_stale_lock(torch_module) -> None:
+    """Removes torch's lock file of this build when it is older than STALE_LOCK_SECONDS: a builder killed mid-way
+    (a job's processes all killed by its scheduler) leaves it, and torch's own load then waits for it for good."""
+    try:
+        from torch.utils import cpp_extension
+
+        src = source_dir()
+        name = build_name(torch_module, build_arguments(torch_module, src)["include_dirs"], src)
+        lock = Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock"
+        import time
+
+        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+            lock.unlink()
+            print(f"oomflight: removed {lock}, left by a build that did not finish", flush=True)
+    except Exception:  # noqa: BLE001 - torch's own wait then says what it waits for
+        pass
+
+
 def _build_in_a_process() -> None:
     """The build at first use, in a process of its own (this file with --build, in a session of its own, its output
     in a file), waited for here. A job that ends meanwhile cannot cut it short: a compiler killed mid-way would leave
@@ -346,6 +367,7 @@ if __name__ == "__main__":
         sys.exit(f"torch is not importable by {sys.executable}: {e}")
     try:
         if sys.argv[1] == "--build":
+            _clear_stale_lock(torch)
             print(f"oomflight: building the torch extension at first use: {load(torch).__file__}", flush=True)
             os.unlink(sys.argv[2])
         else:

@@ -123,5 +123,19 @@ class AheadOfTimeBuild(unittest.TestCase):
                                              "this process runs 9.9.0+cu999")
 
 
+class TheTreesPackage(unittest.TestCase):
+    def test_check_builds_the_trees_extension_ahead_of_the_jobs_that_use_it(self):
+        # `oomflight run` from the build tree loads the tree's package (python/), which has no install-time build: its
+        # extension is built at first use, beside the job (not coordinated until it is done). The tests' jobs under
+        # `oomflight run` coordinate from their first seconds, so this fixture builds it ahead, as the first use's
+        # log tells a user to: `python -m oomflight.torch --check`, into torch's cache, where those jobs load it.
+        env = child_env()
+        env["PYTHONPATH"] = str(PYTHON_ROOT)
+        out = run([PY, "-m", "oomflight.torch", "--check"], scratch(), env, timeout=900)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr[-3000:])
+        self.assertIn("built at first use", out.stdout)
+        self.assertTrue(out.stdout.rstrip().endswith("ok"), out.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()

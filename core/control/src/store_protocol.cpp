@@ -905,6 +905,7 @@ void StoreProtocol::shutdown(bool normal) {
   // The job's store is the job's: oomflight's reference goes now (or with the last call in flight), so that the
   // store ends when the job lets go of it (a FileStore's file is removed then, as without oomflight).
   store_->release("this rank's oomflight session ended");
+  log().debug("let go of the job's store: this rank's session ended");
 }
 
 void StoreProtocol::tell_left(std::int64_t reached, bool early) {
