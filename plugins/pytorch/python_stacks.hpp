@@ -97,17 +97,31 @@ class PythonStacks {
   /// The frames of stack `deferred` (owns() true), innermost first; resolved once, with the GIL held by the
   /// caller. Empty for an unknown id.
   std::vector<Frame> resolve(std::int32_t deferred) {
-    Guard lock(busy_);
     const auto index = static_cast<std::size_t>(static_cast<std::int64_t>(kFirstId) - deferred);
-    if (index >= stacks_.size()) return {};
+    std::vector<RawFrame> raw;
+    std::string thread_name;
+    {
+      Guard lock(busy_);
+      if (index >= stacks_.size()) return {};
+      const Stack& s = stacks_[index];
+      if (s.resolved) return s.frames;
+      thread_name = s.thread_name;
+      raw.assign(frames_.begin() + static_cast<std::ptrdiff_t>(s.offset),
+                 frames_.begin() + static_cast<std::ptrdiff_t>(s.offset + s.count));
+    }
+    // Resolved without the spin lock: reading a line table calls into Python, which may collect garbage there and
+    // then run a finaliser that frees or allocates a tensor, whose trace callback captures a stack: on this thread,
+    // under the lock, that capture would spin for ever.
+    std::vector<Frame> frames;
+    if (!thread_name.empty()) {
+      frames.emplace_back("thread '" + thread_name + "' (no Python frame)", "", 0);
+    } else {
+      for (const RawFrame& f : raw) frames.push_back(resolve_frame(f));
+    }
+    Guard lock(busy_);
     Stack& s = stacks_[index];
     if (!s.resolved) {
-      s.frames.clear();
-      if (!s.thread_name.empty()) {
-        s.frames.emplace_back("thread '" + s.thread_name + "' (no Python frame)", "", 0);
-      } else {
-        for (std::size_t k = 0; k < s.count; ++k) s.frames.push_back(resolve_frame(frames_[s.offset + k]));
-      }
+      s.frames = std::move(frames);
       s.resolved = true;
     }
     return s.frames;
@@ -373,7 +387,10 @@ class PythonStacks {
                      static_cast<std::int32_t>(line)});
     }
     Py_DECREF(iterator);
-    if (PyErr_Occurred()) PyErr_Clear();
+    if (PyErr_Occurred()) {  // the iteration failed part-way: no table, PyCode_Addr2Line answers
+      PyErr_Clear();
+      ok = false;
+    }
     if (!ok || !std::is_sorted(out.begin(), out.end(),
                                [](const LineRange& a, const LineRange& b) { return a.start < b.start; })) {
       out.clear();

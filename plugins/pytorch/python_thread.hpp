@@ -16,8 +16,8 @@
 namespace oomflight::torch_plugin {
 
 /// True only when this thread holds the GIL of the main interpreter with its own thread state. A native thread (no
-/// thread state), a thread whose thread state is detached (it released the GIL) and a thread running a
-/// sub-interpreter's code all get false. Never takes the GIL; never fails.
+/// thread state), a thread whose thread state is detached (it released the GIL), a thread running a
+/// sub-interpreter's code and a thread started inside one all get false. Never takes the GIL; never fails.
 inline bool holds_gil() noexcept {
   // This thread's own thread state (the GIL-state TSS key: set for threads Python created or PyGILState_Ensure
   // made), without the GIL; nullptr for a thread that never ran Python.
@@ -30,7 +30,8 @@ inline bool holds_gil() noexcept {
   // global): equal to `mine` only when this thread holds it, since only this thread swaps its own state in.
   PyThreadState* holder = _PyThreadState_UncheckedGet();
 #endif
-  return holder == mine;
+  // A thread started inside a sub-interpreter owns the GIL-state slot with that interpreter's state: never ours.
+  return holder == mine && PyThreadState_GetInterpreter(mine) == PyInterpreterState_Main();
 }
 
 /// Whether the interpreter is finalising (its flag, read without the GIL). A thread other than the finalising one

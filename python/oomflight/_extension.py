@@ -165,6 +165,10 @@ def load(torch_module, verbose: bool = False):
         if module is not None:
             _module, _how = module, "built at install time"
             return module
+        cached = _import_cached(torch_module)
+        if cached is not None:  # built at first use earlier (or by --check): an import, no compiler, no ninja
+            _module, _how = cached, f"built at first use earlier, from torch's cache ({why_not})"
+            return cached
     check_compiler()
     from torch.utils import cpp_extension
 
@@ -228,17 +232,42 @@ def load_soon(torch_module, then, log=None) -> None:
     then(module, error)
 
 
-def _first_use_build_is_current(torch_module) -> bool:
-    """Whether the build at first use of these sources for this torch is in torch's cache (its name holds their
-    hash): then loading it is an import, done at once, so that a job that fails in its first seconds has joined."""
+def _cached_build(torch_module) -> tuple[str, Path] | None:
+    """The name and library of the build at first use of these sources for this torch (its name holds their hash),
+    when torch's cache holds it; else None."""
     try:
         from torch.utils import cpp_extension
 
         src = source_dir()
         name = build_name(torch_module, build_arguments(torch_module, src)["include_dirs"], src)
-        return (Path(cpp_extension._get_build_directory(name, verbose=False)) / f"{name}.so").is_file()
-    except Exception:  # noqa: BLE001 - a torch without the helper, a missing source: build on the thread
-        return False
+        library = Path(cpp_extension._get_build_directory(name, verbose=False)) / f"{name}.so"
+        return (name, library) if library.is_file() else None
+    except Exception:  # noqa: BLE001 - a torch without the helper, a missing source: no cached build
+        return None
+
+
+def _first_use_build_is_current(torch_module) -> bool:
+    """Whether the build at first use is in torch's cache: then loading it is an import, done at once, so that a job
+    that fails in its first seconds has joined."""
+    return _cached_build(torch_module) is not None
+
+
+def _import_cached(torch_module):
+    """The cached build at first use, imported as it is (no compiler, no ninja: a training node may have neither),
+    or None."""
+    cached = _cached_build(torch_module)
+    if cached is None:
+        return None
+    import importlib.util
+
+    name, library = cached
+    try:
+        spec = importlib.util.spec_from_file_location(name, library)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception:  # noqa: BLE001 - a broken cache entry: built again
+        return None
 
 
 def _build_in_background(torch_module, log) -> None:

@@ -841,6 +841,11 @@ int oomflight_join_store(const struct oomflight_store* store, int rank, int worl
     CStoreClient* const joined = client.get();
     session->join_store(std::move(client), rank, world_size, local_rank);
     joined->arm();  // released only by a leave or the session's end, which wait for this lock
+    // The session's end lets go of the plugin's store, whose destructor is the plugin's library's (c10d's); handlers
+    // run in the reverse order of their registration, so one registered now, with that library loaded, ends the
+    // session before its static objects go (the first, registered at oomflight_init, may predate the library).
+    static const bool ends_before_the_plugin = on_exit(&end_at_exit, nullptr) == 0;
+    (void)ends_before_the_plugin;
     return OOMFLIGHT_OK;
   } catch (const std::logic_error& e) {
     if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) {

@@ -166,20 +166,20 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
 
 bool Session::leave_store(const std::string& why) noexcept {
   try {
-    std::unique_ptr<StoreProtocol> leaving;
+    StoreProtocol* leaving = nullptr;
     {
       std::lock_guard lock(batch_mutex_);
       if (!store_protocol_) return false;
-      left_stores_.reserve(left_stores_.size() + 1);  // the push_back below cannot throw: never freed under a watcher
-      // dump() reads the view without the lock: what it finds stays alive (kept in left_stores_), and answers as a
-      // protocol that left (its dump, if any, is this rank's alone).
+      const std::string because = "after this rank left the job's store (" + why + ")";
+      left_stores_.reserve(left_stores_.size() + 1);  // the push_back below cannot throw
+      // dump() reads the view without the lock: what it finds stays alive (kept in left_stores_, whatever leave()
+      // does), and answers as a protocol that left (its dump, if any, is this rank's alone).
       store_view_.store(nullptr, std::memory_order_release);
-      leaving = std::move(store_protocol_);
-      alone_because_ = "after this rank left the job's store (" + why + ")";
+      leaving = store_protocol_.get();
+      left_stores_.push_back(std::move(store_protocol_));
+      alone_because_ = because;
     }
     leaving->leave(why);
-    std::lock_guard lock(batch_mutex_);
-    left_stores_.push_back(std::move(leaving));
     return true;
   } catch (...) {
     return false;  // out of memory before anything was moved: still joined
@@ -234,8 +234,7 @@ void Session::take_snapshot(const SnapshotWindow& window) {
     if (identity_.world_size > 1) {
       // One of several ranks, not coordinated with the others (its launcher numbered it, the job's store is not
       // reached or was left): its own rank-local file, named and marked as such, never an archive claiming the job.
-      const std::string alone =
-          store != nullptr ? "the job's ranks did not agree at start to coordinate their dumps" : alone_because_;
+      const std::string alone = store != nullptr ? store->why_alone() : alone_because_;
       header.reason += fmt::format(" (written by this rank alone, {})", alone);
       const std::string mine =
           executor_->write_rank_local(header, dump, DumpKind::snapshot, window.first, Durability::verified);
@@ -269,7 +268,7 @@ DumpResult Session::dump(const DumpRequest& given) {
   std::string alone;  // why a rank of several dumps alone, for its file's reason and its log line
   if (StoreProtocol* store = store_view_.load(std::memory_order_acquire)) {
     if (auto r = store->request(request)) return std::move(*r);
-    alone = "the job's ranks did not agree at start to coordinate their dumps";
+    alone = store->why_alone();
   }
   if (identity_.world_size > 1 && alone.empty()) {
     std::lock_guard lock(batch_mutex_);

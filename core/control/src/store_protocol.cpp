@@ -270,6 +270,13 @@ bool StoreProtocol::agreed() {
   return state_ == State::agreed && !stop_;
 }
 
+std::string StoreProtocol::why_alone() {
+  std::lock_guard lock(mutex_);
+  if (stop_) return "after this rank left the job's store";
+  if (state_ == State::agreeing) return "before the job's ranks agreed at start to coordinate their dumps";
+  return "the job's ranks did not agree at start to coordinate their dumps";
+}
+
 void StoreProtocol::snapshot_written(std::int64_t first_batch, std::int64_t last_batch, const std::string& path) {
   try {
     store_->set(fmt::format("s{}/file/{}", first_batch, id_.rank), path);
@@ -435,6 +442,10 @@ void StoreProtocol::watch() {
       }
       end_on_sigterm();
     } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(mutex_);
+        if (stop_) return;  // the store was let go of under this look (leave): not a failure of the store's
+      }
       store_failed(e);
       // Back off, doubling up to 30 s: a store that went away must cost neither a core nor the job's log (torch
       // may log each failed request of its own).
@@ -819,7 +830,7 @@ std::int64_t StoreProtocol::leave_together() {
 }
 
 void StoreProtocol::leave_last(std::int64_t ending) {
-  // Every rank ended or left: nobody waits for anybody any more, so nothing more is said but this. The rank whose
+  // Every rank ended or left: nobody waits for anybody any more, so nothing more is said after this. The rank whose
   // process hosts the store's server (rank 0 of a job whose rank 0 serves the TCPStore: a plain env:// job,
   // Lightning's launcher) takes it down when it lets go of the store: the others' last requests must come before.
   // So each rank but 0 makes one last request, `gone`, with its watcher stopped; rank 0 lets go once every other
@@ -896,11 +907,10 @@ void StoreProtocol::shutdown(bool normal) {
         log().error("snapshot of batches {} to {}: {}", first, last, e.what());
       }
     }
-    if (all_ended > 0) {
-      leave_last(all_ended);  // the watcher is stopped: no look at the store comes after this
-    } else {
-      tell_left(reached, !normal);
-    }
+    // Said even when every rank ended: a dump that a rank whose watcher still runs asks for (a signal, an exit dump)
+    // then waits for nobody that has gone.
+    tell_left(reached, !normal);
+    if (all_ended > 0) leave_last(all_ended);  // the watcher is stopped: no look at the store comes after this
   }
   // The job's store is the job's: oomflight's reference goes now (or with the last call in flight), so that the
   // store ends when the job lets go of it (a FileStore's file is removed then, as without oomflight).

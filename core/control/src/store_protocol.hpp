@@ -76,6 +76,11 @@ class StoreProtocol {
   /// Whether the ranks agreed at start (run name, job id, settings): only then are snapshots merged. Thread-safe.
   bool agreed();
 
+  /// Why a dump of this rank is its own and not every rank's (request() gave nullopt, or agreed() is false), in the
+  /// words its file's reason and its log line use: the ranks did not agree, have not agreed yet, or this rank left.
+  /// Thread-safe.
+  std::string why_alone();
+
   /// A snapshot window's history of this rank is in its rank-local file `path`: says so in the store
   /// (`sW/file/R`, `sW/files`, W the window's first batch); the rank whose file completes the window merges every
   /// rank's file into the snapshot archive on its watcher (at its next poll, after any dump), then removes them. A

@@ -505,8 +505,9 @@ OOMFLIGHT_API int oomflight_join_store(const struct oomflight_store* store, int 
 /** The job lets go of the store this process joined (PyTorch's destroy_process_group) (since 0.3): oomflight stops
  *  using it at once. The other ranks learn that this rank left, so that no dump of theirs waits for it; a dump under
  *  way on this rank ends at its next use of the store (this rank's rank-local file stands); the store's `release`
- *  is called once no call to it is in flight. Waits for no other rank, and at most OOMFLIGHT_POLL_INTERVAL + 0.1 s
- *  for oomflight's own watcher. Until a later oomflight_join_store this rank's dumps are its own rank-local files,
+ *  is called once no call to it is in flight. Waits for no other rank: it makes up to three requests of the store
+ *  (each bounded by the store's own timeout; they stop at the first failure) and waits at most
+ *  OOMFLIGHT_POLL_INTERVAL + 0.1 s for oomflight's own watcher. Until a later oomflight_join_store this rank's dumps are its own rank-local files,
  *  which say so. `reason` (may be NULL) names why in the log. Returns OOMFLIGHT_OK, OOMFLIGHT_ESTATE (not
  *  initialised, or no store joined). Thread-safe; never throws. */
 OOMFLIGHT_API int oomflight_leave_store(const char* reason);
