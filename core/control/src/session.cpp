@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 
@@ -130,6 +131,15 @@ bool Session::shutdown(End how) {
   }
   // The store transport has no leave agreement: it tells the others this rank left, so that no dump waits for it.
   if (store_protocol_) store_protocol_->shutdown(normal_end);
+  // A store this rank left (destroy_process_group) whose watcher was still inside a call to it lets go of it when
+  // that call returns: given up to a second more now, so that the job's store (a FileStore's file) does not outlive
+  // the process for oomflight's sake.
+  std::vector<StoreProtocol*> left;
+  {
+    std::lock_guard lock(batch_mutex_);
+    for (const auto& l : left_stores_) left.push_back(l.get());
+  }
+  for (StoreProtocol* l : left) l->finish_leaving(std::chrono::seconds(1));
   // A normal end leaves together with the other ranks (answering their dumps meanwhile); any other end does not
   // wait for them, and says whether it finalises MPI: an error never does; a requested end after an OOM dump may
   // (a caught and retried OOM that exits 0), so it does not claim otherwise.

@@ -965,6 +965,14 @@ void StoreProtocol::leave(const std::string& why) {
   log().debug("left the job's store: {}", why);
 }
 
+void StoreProtocol::finish_leaving(std::chrono::milliseconds bound) {
+  try {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, bound, [&] { return watcher_exited_; });
+  } catch (...) {
+  }
+}
+
 bool StoreProtocol::watcher_joined() {
   std::lock_guard lock(mutex_);
   return watcher_joined_;

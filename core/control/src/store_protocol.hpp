@@ -26,6 +26,7 @@
 // deadline and its place in the archive, never their histories.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -101,6 +102,10 @@ class StoreProtocol {
   /// stop (else it is left behind), and the store is released once no call is in flight. `why` names the cause in
   /// any later error. Idempotent; never throws.
   void leave(const std::string& why);
+
+  /// After leave(): waits at most `bound` for a watcher that was left inside a call to the store to end (the store
+  /// is released as that call returns). Thread-safe; never throws.
+  void finish_leaving(std::chrono::milliseconds bound);
 
   /// Whether the watcher thread has ended and was joined: only then may the protocol be destroyed (one whose watcher
   /// was left behind must outlive it). Thread-safe.
