@@ -451,7 +451,7 @@ TEST_F(StoreJoin, SettingsThatDifferAreNamedOnEveryRank) {
       });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_NE(log(rank).find("OOMFLIGHT_SKIP_BATCHES differs between ranks: 2 on rank 1; unset on rank 0. These "
+    EXPECT_NE(log(rank).find("OOMFLIGHT_SKIP_BATCHES differs between ranks: unset on rank 0; 2 on rank 1. These "
                              "settings must be the same on every rank of the job; no dump is coordinated"),
               std::string::npos)
         << log(rank);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <map>
 #include <stdexcept>
 
 namespace oomflight {
@@ -30,12 +29,6 @@ Values values_of(const Config* config) {
   return v;
 }
 
-std::string value_text(std::size_t setting, std::int64_t value) {
-  if (value == kUnset) return "unset";
-  if (setting == 0) return value != 0 ? "1" : "0";
-  return setting == 1 ? fmt::format("{}", value) : fmt::format("{}ba", value);
-}
-
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
     throw std::runtime_error(fmt::format("the start-up agreement on settings failed in {} (MPI error {})", what, rc));
@@ -43,25 +36,6 @@ void check(int rc, const char* what) {
 }
 
 }  // namespace
-
-std::vector<std::string> agreed_setting_values(const Config& config) {
-  const Values v = values_of(&config);
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < kAgreed; ++i) out.push_back(value_text(i, v[1 + i]));
-  return out;
-}
-
-std::string rank_ranges(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
 
 void agree_on_settings(const Config* config, MPI_Comm comm) {
   const Values mine = values_of(config);
@@ -90,43 +64,20 @@ void agree_on_settings(const Config* config, MPI_Comm comm) {
   check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
                       static_cast<int>(mine.size()), MPI_INT64_T, comm),
         "MPI_Allgather");
-  const auto at = [&](int rank, std::size_t i) { return all[static_cast<std::size_t>(rank) * mine.size() + i]; };
-  std::vector<std::string> parts;
-  std::vector<int> unparsed;
+  // Each rank's values as the store transport sends them (agreed_settings.hpp): one text of the mismatch for both.
+  std::vector<std::vector<std::string>> values(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
-    if (at(r, 0) != 1) unparsed.push_back(r);
+    const std::int64_t* v = all.data() + static_cast<std::size_t>(r) * mine.size();
+    if (v[0] != 1) continue;  // could not start: no values
+    Config c;
+    c.enabled = v[1] != 0;
+    const auto opt = [](std::int64_t x) { return x == kUnset ? std::optional<std::int64_t>() : x; };
+    c.skip_batches = opt(v[2]);
+    c.interval_batches = opt(v[3]);
+    c.snapshot_every_batches = opt(v[4]);
+    values[static_cast<std::size_t>(r)] = agreed_setting_values(c);
   }
-  for (std::size_t s = 0; s < kAgreed; ++s) {
-    // Values in the order of the lowest rank that holds each, so that the message reads the same everywhere.
-    std::vector<std::pair<std::int64_t, std::vector<int>>> groups;
-    for (int r = 0; r < size; ++r) {
-      if (at(r, 0) != 1) continue;
-      const std::int64_t v = at(r, 1 + s);
-      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
-      if (it == groups.end()) {
-        groups.push_back({v, {r}});
-      } else {
-        it->second.push_back(r);
-      }
-    }
-    if (groups.size() < 2) continue;
-    std::string part = fmt::format("{} differs between ranks:", kAgreedSettings[s]);
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      part += fmt::format("{} {} on {} {}", g == 0 ? "" : ";", value_text(s, groups[g].first),
-                          groups[g].second.size() == 1 ? "rank" : "ranks", rank_ranges(groups[g].second));
-    }
-    parts.push_back(std::move(part));
-  }
-  if (!unparsed.empty()) {
-    parts.push_back(fmt::format("{} {} could not start (settings that did not parse, or a history that could not "
-                                "be allocated: that rank's own error says which)",
-                                unparsed.size() == 1 ? "rank" : "ranks", rank_ranges(unparsed)));
-  }
-  const bool differ = parts.size() > (unparsed.empty() ? 0u : 1u);
-  std::string message;
-  for (const auto& p : parts) message += (message.empty() ? "" : "; and ") + p;
-  throw ConfigError(fmt::format("{}.{} oomflight did not start on any rank", message,
-                                differ ? " These settings must be the same on every rank of the job;" : ""));
+  throw ConfigError(fmt::format("{}; oomflight did not start on any rank", settings_mismatch(values)));
 }
 
 }  // namespace oomflight

@@ -14,13 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "agreed_settings.hpp"
 #include "oomflight/control/config.hpp"
 
 namespace oomflight {
-
-/// The variables compared, in the order their mismatches are named.
-inline constexpr const char* kAgreedSettings[] = {"OOMFLIGHT_ENABLED", "OOMFLIGHT_SKIP_BATCHES", "OOMFLIGHT_INTERVAL",
-                                                  "OOMFLIGHT_SNAPSHOT_EVERY"};
 
 /// Collective over `comm` (every rank of it must call it once, before any other collective of the recorder that
 /// depends on the settings). `config` is this rank's settings, or nullptr when this rank cannot start (its settings
@@ -28,16 +25,9 @@ inline constexpr const char* kAgreedSettings[] = {"OOMFLIGHT_ENABLED", "OOMFLIGH
 /// disagree, one MPI_Allgather of 5 int64 values per rank follows, to name them.
 ///
 /// Returns when every rank's settings parsed and agree. Otherwise throws ConfigError on every rank, with the same
-/// message everywhere: each variable that differs, its values and the ranks that hold each ("OOMFLIGHT_SNAPSHOT_EVERY
+/// message everywhere (settings_mismatch(), then "; oomflight did not start on any rank"): each variable that differs, its values and the ranks that hold each ("OOMFLIGHT_SNAPSHOT_EVERY
 /// differs between ranks: 1ba on rank 1; unset on ranks 0, 2-3"), and the ranks that could not start.
 /// Throws std::runtime_error when an MPI call fails. Not thread-safe with other collectives on `comm`.
 void agree_on_settings(const Config* config, MPI_Comm comm);
-
-/// This rank's value of each of kAgreedSettings, as the agreement's messages print them ("1", "unset", "4ba"): what
-/// the store transport (store_protocol.hpp) compares between ranks, since it has no MPI reduction.
-std::vector<std::string> agreed_setting_values(const Config& config);
-
-/// "0", "0-3", "0, 2-3, 7": ascending ranks with runs collapsed. `ranks` must be sorted ascending.
-std::string rank_ranges(const std::vector<int>& ranks);
 
 }  // namespace oomflight

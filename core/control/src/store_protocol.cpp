@@ -7,7 +7,6 @@
 #include <charconv>
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -20,7 +19,7 @@
 #include "oomflight/format/archive_writer.hpp"
 #include "protocol_timing.hpp"
 #include "retention.hpp"
-#include "settings_agreement.hpp"
+#include "agreed_settings.hpp"
 #include "store_pacing.hpp"
 
 namespace oomflight {
@@ -162,19 +161,12 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
     }
   }
   if (problem.empty()) {
-    // Each variable that differs, with its values and the ranks that hold them, as the MPI agreement says it.
-    for (std::size_t s = 0; s < settings; ++s) {
-      std::map<std::string, std::vector<int>> groups;
-      for (int r = 0; r < size; ++r) groups[hellos[static_cast<std::size_t>(r)][1 + s]].push_back(r);
-      if (groups.size() < 2) continue;
-      std::string text;
-      for (const auto& [value, ranks] : groups) {
-        text += fmt::format("{}{} on {} {}", text.empty() ? "" : "; ", value, ranks.size() == 1 ? "rank" : "ranks",
-                            rank_ranges(ranks));
-      }
-      problem += fmt::format("{}{} differs between ranks: {}", problem.empty() ? "" : "; ", kAgreedSettings[s], text);
+    std::vector<std::vector<std::string>> values(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      const auto& h = hellos[static_cast<std::size_t>(r)];
+      values[static_cast<std::size_t>(r)].assign(h.begin() + 1, h.begin() + 1 + static_cast<std::ptrdiff_t>(settings));
     }
-    if (!problem.empty()) problem += ". These settings must be the same on every rank of the job";
+    problem = settings_mismatch(values);  // the MPI agreement's words (agreed_settings.hpp)
   }
   const std::vector<std::string> verdict =
       problem.empty() ? std::vector<std::string>{std::to_string(kHelloVersion), "ok", hellos[0][1 + settings],
