@@ -567,6 +567,47 @@ TEST_F(StoreJoin, SigtermIsHeldInTheRankAndDefaultInItsForkedChildren) {
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
 }
 
+// One dump per ending, as over MPI (issue 40): with OOMFLIGHT_DUMP_ON_EXIT, a SIGTERM to one rank is one exit
+// archive of every rank; the launcher's SIGTERM to the others afterwards ends them with no second exit dump (before,
+// each began one and waited the whole deadline for the rank that had ended without telling the store).
+TEST_F(StoreJoin, ASigtermAfterTheExitDumpEndsARankWithNoSecondDump) {
+  const fs::path out = dir_.path() / "out";
+  const auto archive_written = [&] {
+    for (int i = 0; i < 6000; ++i) {
+      for (const auto& f : test::files_with_suffix(out, ".h5")) {
+        if (f.filename().string().find(".rank") == std::string::npos) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  const auto started = std::chrono::steady_clock::now();
+  const auto statuses = run_ranks(
+      3,
+      [&](int rank) {
+        if (rank == 0) {
+          wait_for(store_dir() / "agreement");  // an exit dump of every rank needs the ranks' agreement
+        } else if (!archive_written()) {
+          _exit(70);
+        }
+        raise(SIGTERM);  // held: the watcher acts on it at its next poll
+        std::this_thread::sleep_for(std::chrono::seconds(50));
+        _exit(71);  // SIGTERM never ended the process
+      },
+      [](int) { setenv("OOMFLIGHT_DUMP_ON_EXIT", "1", 1); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(statuses, (std::vector<int>{128 + SIGTERM, 128 + SIGTERM, 128 + SIGTERM})) << log(0) << log(1);
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.kind, "exit");
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0}));
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(log(rank).find("ending the process as SIGTERM would"), std::string::npos) << log(rank);
+  }
+  // Not a timing threshold: a second exit dump waited OOMFLIGHT_DUMP_TIMEOUT (60 s here) for rank 0.
+  EXPECT_LT(seconds, 45.0) << log(1);
+}
+
 // A store that goes away (its server's host ended) is named once, with the store's words; the watcher's later looks
 // back off and are counted, and the count is said at the end: never a line per poll (a 10 ms poll of a dead store and
 // torch's warning for each failed request printed 5,623 lines in 20 s, issue 39).

@@ -112,4 +112,9 @@ bool SignalDumpLimiter::allow(std::chrono::milliseconds interval) {
   return true;
 }
 
+void end_by_sigterm_saying(const char* why) {
+  log().info("SIGTERM: {}; ending the process as SIGTERM would", why);
+  end_with_sigterm();
+}
+
 }  // namespace oomflight

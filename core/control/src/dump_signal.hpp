@@ -50,4 +50,9 @@ bool take_exit_signal();
 /// oomflight. Does not return when SIGTERM is delivered.
 void end_with_sigterm();
 
+/// Logs why this process ends on the SIGTERM it caught ("SIGTERM: <why>; ending the process as SIGTERM would"), in
+/// the same words on both transports, then ends it as end_with_sigterm() does. The caller has told the other ranks
+/// that this one leaves (no dump may wait for it). Does not return when SIGTERM is delivered.
+void end_by_sigterm_saying(const char* why);
+
 }  // namespace oomflight

@@ -227,17 +227,44 @@ bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
 
 void StoreProtocol::end_on_sigterm() {
   if (!exit_signal_ || !take_exit_signal()) return;
-  if (config_.dump_on_exit && agreed()) {
+  // One dump per ending, as over MPI: the launcher's SIGTERM after an exit dump this rank took part in, or while it
+  // leaves at its normal end, ends the process with no second dump (issue 40: a second exit dump per rank waited
+  // the whole deadline for a rank that had already ended).
+  const char* why = "after the dump under way";
+  bool dump = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (exit_dumped_) {
+      why = "after the exit dump";
+    } else if (left_) {
+      why = "while leaving at the end of the job";
+    } else if (config_.dump_on_exit && state_ == State::agreed) {
+      dump = true;
+      why = "the dump asked for by SIGTERM is done";
+    }
+  }
+  if (dump) {
     DumpRequest request;
     request.kind = DumpKind::exit;
-    request.reason = "SIGTERM";
+    request.reason = "SIGTERM received: the job is being torn down";
     (void)this->request(request);  // joins a dump under way, else asks every rank for an exit dump
   }
+  std::int64_t reached = 0;
   {
     std::unique_lock lock(mutex_);
     cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });  // a dump under way ends first
+    reached = next_dump_;
   }
-  end_with_sigterm();
+  // The process ends on a signal: no dump after this one may wait for it (the others learn it now, not at their
+  // deadline). A rank already counted as ending normally is not counted again as leaving early.
+  bool agreed = false, ending = false;
+  {
+    std::lock_guard lock(mutex_);
+    agreed = state_ == State::agreed;
+    ending = said_ending_;
+  }
+  if (agreed) tell_left(reached, !ending);
+  end_by_sigterm_saying(why);
 }
 
 void StoreProtocol::dump_on_sigusr1() {
@@ -786,6 +813,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
 void StoreProtocol::finish(DumpResult result, bool counted) {
   {
     std::lock_guard lock(mutex_);
+    exit_dumped_ = exit_dumped_ || result.kind == DumpKind::exit;
     last_result_ = std::move(result);
     dumping_ = false;
     if (counted) ++next_dump_;
@@ -801,6 +829,10 @@ std::int64_t StoreProtocol::leave_together() {
   const std::int64_t deadline = monotonic_ns() + to_ns(config_.dump_timeout);
   std::int64_t ending = 0, ended = 0;
   try {
+    {
+      std::lock_guard lock(mutex_);
+      said_ending_ = true;  // a SIGTERM from here on tells the store nothing more (this rank is counted as ending)
+    }
     store_->add("ending", 1);
     for (;;) {
       ending = store_->add("ending", 0);
@@ -861,7 +893,11 @@ void StoreProtocol::shutdown(bool normal) {
   if (dump_signal_) uninstall_dump_signal();
   if (exit_signal_) {
     uninstall_exit_signal();
-    if (take_exit_signal()) end_with_sigterm();  // it came after the watcher's last look: end as it meant
+    if (take_exit_signal()) {
+      // It came after the watcher's last look: end as it meant, once the others know (as the watcher would).
+      if (agreed) tell_left(reached, !said_ending_);
+      end_by_sigterm_saying("while leaving at the end of the job");
+    }
   }
   bool watcher_ended = false;
   if (watcher_.joinable()) {
@@ -933,12 +969,12 @@ void StoreProtocol::leave(const std::string& why) {
     reached = next_dump_;
   }
   cv_.notify_all();
+  tell_left(reached, true);
   if (dump_signal_) uninstall_dump_signal();
   if (exit_signal_) {
     uninstall_exit_signal();
-    if (take_exit_signal()) end_with_sigterm();  // a SIGTERM the watcher had not acted on yet
+    if (take_exit_signal()) end_by_sigterm_saying("while leaving the job's store");  // the watcher had not acted on it
   }
-  tell_left(reached, true);
   store_->release(why);
   // Never held up for long: the caller is the job, letting go of its store (destroy_process_group).
   bool exited = false;

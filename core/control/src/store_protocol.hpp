@@ -130,7 +130,9 @@ class StoreProtocol {
   // After a complete leave agreement, the watcher stopped: the last word of a rank (`gone`), and rank 0's wait for
   // the others' (it may host the store's server, which goes when it lets go of the store).
   void leave_last(std::int64_t ending);
-  void end_on_sigterm();  // SIGTERM arrived: after the dump under way (or an exit dump), end as SIGTERM would
+  // SIGTERM arrived: after the dump under way (or an exit dump, once per ending), tell the store this rank left and
+  // end as SIGTERM would.
+  void end_on_sigterm();
   void dump_on_sigusr1();
   bool state_off();  // SIGUSR1 arrived: a signal dump of every rank (at most one per signal_dump_interval)
   bool try_agree(std::int64_t deadline_ns);  // false while hellos (rank 0) or the verdict (others) are missing
@@ -182,6 +184,8 @@ class StoreProtocol {
   std::uint64_t unclaimed_oom_events_ = 0;
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
+  bool said_ending_ = false;  // this rank added itself to `ending` (its leave agreement): it never leaves early
+  bool exit_dumped_ = false;  // this rank took part in an exit dump: a later SIGTERM ends it with no second one
   bool watcher_exited_ = false;
   bool watcher_joined_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed

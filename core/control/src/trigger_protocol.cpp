@@ -366,12 +366,11 @@ void TriggerProtocol::watch_until_stopped() {
 }
 
 void TriggerProtocol::end_by_sigterm(const char* why) {
-  log().info("SIGTERM: {}; ending the process as SIGTERM would", why);
   // The process ends on a signal: it never finalises MPI and never votes again. The others hear it now rather
   // than at their deadline (the watcher is between dumps here, so "left" cannot be taken for a missing vote).
   leave_->receive_left_messages();
   leave_->announce_leaving(LeaveAgreement::Leaving::on_error);
-  end_with_sigterm();  // the process ends here
+  end_by_sigterm_saying(why);  // the process ends here
 }
 
 void TriggerProtocol::queue_snapshot(const SnapshotWindow& window,
