@@ -7,11 +7,13 @@
 #include <charconv>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
+#include "dump_words.hpp"
 #include "environment.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
@@ -25,7 +27,7 @@
 namespace oomflight {
 namespace {
 
-constexpr int kHelloVersion = 1;
+constexpr int kHelloVersion = 2;  // 2: the hello holds the pid namespace (node peers, issue 40)
 // Fields as "<size>\n<bytes>" one after another: any byte may occur in a field (a reason has newlines).
 std::string pack(const std::vector<std::string>& fields) {
   std::string out;
@@ -78,6 +80,8 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   hello.push_back(id_.job_id);
   hello.push_back(id_.host);
   hello.push_back(std::to_string(id_.pid));
+  const PidNamespace pids = own_pid_namespace();
+  hello.push_back(pids.ino == 0 ? "" : fmt::format("{}:{}", pids.dev, pids.ino));  // "": not watched by its peers
   store_->set(fmt::format("hello/{}", id_.rank), pack(hello));  // throws: the caller reports it, nothing started
   store_->add("hellos", 1);  // rank 0's watcher reads the hellos once all are there, and publishes its verdict
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
@@ -154,7 +158,7 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
   } else {
     for (int r = 0; r < size; ++r) {
       const auto& h = hellos[static_cast<std::size_t>(r)];
-      if (h.size() != settings + 5 || h[0] != std::to_string(kHelloVersion)) {
+      if (h.size() != settings + 6 || h[0] != std::to_string(kHelloVersion)) {
         problem = fmt::format("rank {} runs another version of oomflight (its hello does not read)", r);
         break;
       }
@@ -172,9 +176,77 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
       problem.empty() ? std::vector<std::string>{std::to_string(kHelloVersion), "ok", hellos[0][1 + settings],
                                                  hellos[0][2 + settings]}
                       : std::vector<std::string>{std::to_string(kHelloVersion), "off", problem};
+  if (problem.empty()) publish_node_peers(hellos, settings);  // before the verdict: read once it is there
   store_->set("agreement", pack(verdict));
   adopt_verdict(verdict);
   return true;
+}
+
+void StoreProtocol::publish_node_peers(const std::vector<std::vector<std::string>>& hellos, std::size_t settings) {
+  // The ranks of each node (same host, same pid namespace), so that each can watch the others' processes for an end
+  // without a word (os._exit, a signal), as over MPI (peer_processes.hpp). One key per rank that has peers:
+  // node/R = "rank pid" of each other rank of R's node; rank 0 sets them (O(world size) requests, as the hellos).
+  std::map<std::string, std::vector<std::pair<int, std::string>>> nodes;
+  for (int r = 0; r < static_cast<int>(hellos.size()); ++r) {
+    const auto& h = hellos[static_cast<std::size_t>(r)];
+    if (h[settings + 5].empty()) continue;  // its pid namespace could not be read
+    nodes[h[settings + 3] + '\n' + h[settings + 5]].emplace_back(r, h[settings + 4]);
+  }
+  for (const auto& [node, ranks] : nodes) {
+    if (ranks.size() < 2) continue;
+    for (const auto& [r, pid] : ranks) {
+      std::vector<std::string> peers;
+      for (const auto& [q, qpid] : ranks) {
+        if (q != r) peers.push_back(fmt::format("{} {}", q, qpid));
+      }
+      if (r == 0) {
+        start_watching(peers);
+      } else {
+        store_->set(fmt::format("node/{}", r), pack(peers));
+      }
+    }
+  }
+}
+
+void StoreProtocol::start_watching(const std::vector<std::string>& peers) {
+  std::vector<PeerProcesses::Peer> processes;
+  for (const std::string& p : peers) {
+    const std::size_t space = p.find(' ');
+    const auto rank = to_int(p.substr(0, space));
+    const auto pid = space == std::string::npos ? std::nullopt : to_int(p.substr(space + 1));
+    if (rank && pid && *rank >= 0 && *rank < id_.world_size && *rank != id_.rank && *pid > 0) {
+      processes.push_back({static_cast<int>(*rank), *pid});
+    }
+  }
+  if (processes.empty()) return;
+  auto watched = std::make_unique<PeerProcesses>(processes);
+  std::lock_guard lock(peers_mutex_);
+  node_peers_ = std::move(watched);
+}
+
+void StoreProtocol::notice_vanished() {
+  std::vector<int> ended;
+  {
+    std::lock_guard lock(peers_mutex_);
+    if (!node_peers_) return;
+    ended = node_peers_->newly_ended();
+  }
+  for (int r : ended) {
+    try {
+      // One rank of the node speaks for it (the first whose add gives 1), and only when it said nothing itself: a
+      // rank counted as ending normally, or as left, is counted once.
+      if (store_->add(fmt::format("vanished/{}", r), 1) != 1) continue;
+      if (store_->get(fmt::format("ending/{}", r)) || store_->get(fmt::format("left/{}", r))) continue;
+      store_->set(fmt::format("left/{}", r), "0");  // it answers no dump whose file it did not write
+      store_->add("left", 1);
+      store_->add("left_early", 1);
+      log().info("rank {} ended without a word (its process is gone: killed, os._exit or a crash); no dump waits "
+                 "for it",
+                 r);
+    } catch (const std::exception& e) {
+      log().debug("cannot tell the job's store that rank {} ended: {}", r, e.what());
+    }
+  }
 }
 
 bool StoreProtocol::take_verdict(std::int64_t deadline_ns) {
@@ -216,6 +288,15 @@ void StoreProtocol::adopt_verdict(const std::vector<std::string>& verdict) {
   }
   recorder_.context().set_environment(capture_environment(id_, config_));
   log().debug("{} ranks joined through the job's store; run {}", id_.world_size, id_.run_name);
+  if (id_.rank != 0) {
+    try {
+      if (const auto text = store_->get(fmt::format("node/{}", id_.rank))) {
+        if (const auto peers = unpack(*text)) start_watching(*peers);
+      }
+    } catch (const std::exception& e) {
+      log().debug("the ranks of this node are not watched: {}", e.what());
+    }
+  }
 }
 
 bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
@@ -399,6 +480,7 @@ void StoreProtocol::watch() {
         if (dumping_) continue;
         n = next_dump_;
       }
+      notice_vanished();
       const auto text = store_->get(key(n, "cause"));
       answered();
       if (!text) {
@@ -680,7 +762,10 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       store_->add(key(n, "files"), 1);
     }
     std::vector<char> answered;  // per rank: its file or its leave before dump n was seen
-    while (!every_rank_answered(n, answered) && monotonic_ns() < deadline) sleep_for(pacing_.wait);
+    while (!every_rank_answered(n, answered) && monotonic_ns() < deadline) {
+      notice_vanished();  // a rank of this node that died without its file is not waited for
+      sleep_for(pacing_.wait);
+    }
     timeline.mark("every rank's file");
     int lowest = -1;
     for (int q = 0; q < me && lowest < 0; ++q) {
@@ -747,22 +832,21 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       std::filesystem::remove(mine, ec);  // the archive holds it now, verified
     }
     // Who is not in it, and why: its session had ended before this dump, or it did not answer in time.
-    std::vector<int> missing, left, elsewhere;
+    std::vector<int> missing, left, vanished, elsewhere;
     for (int q = 0; q < size; ++q) {
       if (std::find(merged_ranks.begin(), merged_ranks.end(), q) != merged_ranks.end()) continue;
       std::optional<std::int64_t> reached;
-      bool wrote = false;
+      bool wrote = false, silent = false;
       try {
         wrote = store_->get(key(n, fmt::format("file/{}", q))).has_value();
         if (const auto text = store_->get(fmt::format("left/{}", q))) reached = to_int(*text);
+        silent = reached && store_->get(fmt::format("vanished/{}", q)) && !store_->get(fmt::format("ending/{}", q));
       } catch (const std::exception&) {
       }
       (wrote ? elsewhere : reached && *reached <= n ? left : missing).push_back(q);
+      if (!wrote && silent) vanished.push_back(q);
     }
-    if (!left.empty()) {
-      r.error = fmt::format("{} {} had ended {} session before this dump", left.size() == 1 ? "rank" : "ranks",
-                            rank_ranges(left), left.size() == 1 ? "its" : "their");
-    }
+    if (!left.empty()) r.error = gone_ranks_text(left, vanished, true);  // the MPI transport's words
     if (!elsewhere.empty()) {
       r.error += fmt::format("{}{} {} wrote {} history where the merging rank could not read it (or too late): {} "
                              "rank-local {}", r.error.empty() ? "" : "; ", elsewhere.size() == 1 ? "rank" : "ranks",
@@ -833,11 +917,13 @@ std::int64_t StoreProtocol::leave_together() {
       std::lock_guard lock(mutex_);
       said_ending_ = true;  // a SIGTERM from here on tells the store nothing more (this rank is counted as ending)
     }
-    store_->add("ending", 1);
+    store_->set(fmt::format("ending/{}", id_.rank), "1");  // first: a peer that sees this process end then counts
+    store_->add("ending", 1);                               // it once (notice_vanished)
     for (;;) {
       ending = store_->add("ending", 0);
       ended = ending + store_->add("left_early", 0);
       if (ended >= size || monotonic_ns() >= deadline) break;
+      notice_vanished();
       sleep_for(pacing_.wait * 2);
     }
   } catch (const std::exception& e) {

@@ -44,6 +44,7 @@
 #include "oomflight/control/store_client.hpp"
 #include "oomflight/record/recorder.hpp"
 #include "store_handle.hpp"
+#include "peer_processes.hpp"
 #include "store_pacing.hpp"
 
 namespace oomflight {
@@ -150,6 +151,14 @@ class StoreProtocol {
   void tell_left(std::int64_t reached, bool early);
   // The watcher's look at the store failed: logged once with the cause, later failures counted (store_failures_).
   void store_failed(const std::exception& e);
+  // Rank 0, at the agreement: node/R for each rank R with peers on its node (same host and pid namespace).
+  void publish_node_peers(const std::vector<std::vector<std::string>>& hellos, std::size_t settings);
+  // Watches the processes of this node's other ranks ("rank pid" each), as the MPI transport does.
+  void start_watching(const std::vector<std::string>& peers);
+  // A rank of this node whose process ended without telling the store is told for it (left/R, left_early), by one
+  // of its peers: nothing waits for it (issue 40: a worker's os._exit cost every other worker the whole deadline).
+  // Any thread; calls the store.
+  void notice_vanished();
   static std::string encode(const Cause& c);
   static std::optional<Cause> decode(const std::string& text);
   std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
@@ -192,7 +201,9 @@ class StoreProtocol {
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
   bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
   SignalDumpLimiter signal_limiter_;  // the watcher's
-  std::int64_t store_failures_ = 0;  // the watcher's: failed looks at the store since it last answered
+  std::int64_t store_failures_ = 0;
+  std::mutex peers_mutex_;  // node_peers_ has one caller at a time (the watcher, a dump's wait, the leave agreement)
+  std::unique_ptr<PeerProcesses> node_peers_;  // the watcher's: failed looks at the store since it last answered
   std::thread watcher_;
 };
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "dump_signal.hpp"
+#include "dump_words.hpp"
 #include "peer_processes.hpp"
 #include "protocol_timing.hpp"
 #include "settings_agreement.hpp"
@@ -415,16 +416,8 @@ void TriggerProtocol::poll_leave() {
 }
 
 std::string TriggerProtocol::gone_ranks_text(bool before_dump) const {
-  std::vector<int> gone(leave_->gone().begin(), leave_->gone().end());
-  std::vector<int> vanished(leave_->vanished().begin(), leave_->vanished().end());
-  std::string text = fmt::format("{} {} left the job{} (ended {} oomflight session without the others)",
-                                 gone.size() == 1 ? "rank" : "ranks", rank_ranges(gone),
-                                 before_dump ? " before this dump" : "", gone.size() == 1 ? "its" : "their");
-  if (!vanished.empty()) {
-    text += fmt::format("; {} {} ended without a word (its process is gone: killed, os._exit or a crash)",
-                        vanished.size() == 1 ? "rank" : "ranks", rank_ranges(vanished));
-  }
-  return text;
+  return oomflight::gone_ranks_text({leave_->gone().begin(), leave_->gone().end()},
+                                    {leave_->vanished().begin(), leave_->vanished().end()}, before_dump);
 }
 
 bool TriggerProtocol::dump_waiting() {

@@ -1,0 +1,21 @@
+// The words both transports say of a dump (dump_words.hpp).
+#include "dump_words.hpp"
+
+#include <fmt/format.h>
+
+#include "agreed_settings.hpp"
+
+namespace oomflight {
+
+std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>& vanished, bool before_dump) {
+  std::string text = fmt::format("{} {} left the job{} (ended {} oomflight session without the others)",
+                                 gone.size() == 1 ? "rank" : "ranks", rank_ranges(gone),
+                                 before_dump ? " before this dump" : "", gone.size() == 1 ? "its" : "their");
+  if (!vanished.empty()) {
+    text += fmt::format("; {} {} ended without a word (its process is gone: killed, os._exit or a crash)",
+                        vanished.size() == 1 ? "rank" : "ranks", rank_ranges(vanished));
+  }
+  return text;
+}
+
+}  // namespace oomflight

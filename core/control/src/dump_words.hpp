@@ -1,0 +1,16 @@
+// The words both transports say of a dump (internal to the control wing): a rule is written once, and so is what it
+// says (issue 40: the MPI path and the store path named the same ranks in different words).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace oomflight {
+
+/// Why ranks are not in a dump, or not in the job any more: `gone` (ascending) ended their session without the
+/// others, `vanished` (ascending, a subset of `gone`) ended without a word (their process was seen to end by a rank
+/// on their node). `before_dump`: said of a dump ("... left the job before this dump ..."). Never throws but
+/// std::bad_alloc.
+std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>& vanished, bool before_dump);
+
+}  // namespace oomflight
