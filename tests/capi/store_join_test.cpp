@@ -549,6 +549,30 @@ TEST_F(StoreJoin, ASnapshotWindowIsOneArchiveOfEveryRank) {
   }
 }
 
+// A window that closes before the ranks' start-up agreement (right after the join) waits for it, within its bound,
+// as a dump asked for then does (issue 40: each rank wrote its own file under its provisional run name).
+TEST_F(StoreJoin, ASnapshotWindowThatClosesBeforeTheAgreementWaitsForIt) {
+  const auto statuses = run_ranks(
+      3,
+      [&](int rank) {
+        for (int batch = 0; batch <= 1; ++batch) {  // no pause after the join: the agreement is still to come
+          oomflight_mark_batch(batch);               // batch 1 closes the window of batch 0
+          oomflight_record(OOMFLIGHT_ALLOC, 0, 0x9000000ull * (rank + 1) + batch, 64, 0, -1);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the window's merge, on a watcher
+      },
+      [](int) {
+        setenv("OOMFLIGHT_SKIP_BATCHES", "0", 1);
+        setenv("OOMFLIGHT_INTERVAL", "1ba", 1);
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
+  const Archive a = the_only_file(0);
+  EXPECT_EQ(a.header.kind, "snapshot");
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2})) << log(0) << log(1);
+  EXPECT_EQ(a.header.window_first_batch, 0);
+  EXPECT_EQ(log(1).find("written by this rank alone"), std::string::npos) << log(1);
+}
+
 // A joined rank holds SIGTERM until a dump under way is written (torchrun stops every worker when one dies); a process
 // it forks (a DataLoader worker) has no watcher to act on that, so it gets SIGTERM's default action back.
 TEST_F(StoreJoin, SigtermIsHeldInTheRankAndDefaultInItsForkedChildren) {

@@ -113,12 +113,14 @@ Session::~Session() {
 bool Session::shutdown(End how) {
   const bool normal_end = how == End::normal || (how == End::requested && !oom_dumped_);
   {
-    std::lock_guard lock(batch_mutex_);
+    std::unique_lock lock(batch_mutex_);
     if (shut_down_) return protocol_ ? protocol_->shutdown(false, LeaveAgreement::Leaving::on_error) : true;
     if (normal_end && config_.enabled) {
       // A normal end ends the running batch: a window whose last batch it is closes now, and is written
       // before the watcher stops (every rank shuts down alike; bounded by the dump deadline).
-      if (const auto w = schedule_.closed_at_end(recorder_.batch())) take_snapshot(*w);
+      if (const auto w = schedule_.closed_at_end(recorder_.batch()); w && await_store_agreement(lock)) {
+        take_snapshot(*w);
+      }
     }
     shut_down_ = true;
   }
@@ -197,11 +199,26 @@ bool Session::leave_store(const std::string& why) noexcept {
 }
 
 void Session::mark_batch(std::int64_t batch) {
-  std::lock_guard lock(batch_mutex_);
+  std::unique_lock lock(batch_mutex_);
   const std::int64_t previous = recorder_.batch();
   recorder_.mark_batch(batch);
   if (!config_.enabled || shut_down_) return;
-  if (const auto w = schedule_.closed_by(previous, batch)) take_snapshot(*w);
+  if (const auto w = schedule_.closed_by(previous, batch)) {
+    if (!await_store_agreement(lock)) return;
+    take_snapshot(*w);
+  }
+}
+
+bool Session::await_store_agreement(std::unique_lock<std::mutex>& batch_lock) {
+  // A window that closes before the ranks' start-up agreement through the job's store waits for it (within its
+  // bound), as a dump asked for then does: written alone, it would be a file of this rank under its provisional run
+  // name, each rank in a run folder of its own (issue 40). The agreement takes the batch lock to adopt the run name.
+  StoreProtocol* store = store_view_.load(std::memory_order_acquire);
+  if (store == nullptr || !store->agreeing()) return true;
+  batch_lock.unlock();
+  store->await_agreement();
+  batch_lock.lock();
+  return !shut_down_;
 }
 
 void Session::take_snapshot(const SnapshotWindow& window) {

@@ -370,6 +370,16 @@ bool StoreProtocol::agreed() {
   return state_ == State::agreed && !stop_;
 }
 
+bool StoreProtocol::agreeing() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::agreeing && !stop_;
+}
+
+bool StoreProtocol::await_agreement() {
+  std::unique_lock lock(mutex_);
+  return wait_agreed(lock) && !stop_;
+}
+
 std::string StoreProtocol::why_alone() {
   std::lock_guard lock(mutex_);
   if (stop_) return "after this rank left the job's store";

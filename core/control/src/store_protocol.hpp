@@ -78,6 +78,15 @@ class StoreProtocol {
   /// Whether the ranks agreed at start (run name, job id, settings): only then are snapshots merged. Thread-safe.
   bool agreed();
 
+  /// Whether the ranks' start-up agreement is still to come (neither agreed nor off). Thread-safe.
+  bool agreeing();
+
+  /// Waits for the start-up agreement, within its bound (2 x OOMFLIGHT_DUMP_TIMEOUT from the join, as a dump
+  /// asked for before it waits), and returns agreed(): a snapshot window that closes before the agreement is written
+  /// under the job's one run name, with every rank's (issue 40). Never call it holding `identity_mutex` (the
+  /// agreement takes it). Thread-safe; never throws.
+  bool await_agreement();
+
   /// Why a dump of this rank is its own and not every rank's (request() gave nullopt, or agreed() is false), in the
   /// words its file's reason and its log line use: the ranks did not agree, have not agreed yet, or this rank left.
   /// Thread-safe.

@@ -111,6 +111,9 @@ class Session {
   // This rank's history alone; `alone`: why, when its launcher numbered it one of several ("" for a job of one).
   DumpResult dump_alone(const DumpRequest& request, const std::string& alone);
   void take_snapshot(const SnapshotWindow& window);
+  // Joined through the job's store and its ranks not agreed yet: lets go of the batch lock while it waits for the
+  // agreement (bounded). Returns false when the session was shut down meanwhile.
+  bool await_store_agreement(std::unique_lock<std::mutex>& batch_lock);
 
   Config config_;
   RankIdentity identity_;
