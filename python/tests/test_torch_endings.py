@@ -320,7 +320,8 @@ SILENT_EXIT_JOB = textwrap.dedent("""
     if int(os.environ["RANK"]) == int(os.environ["TEST_EXIT_RANK"]):
         os._exit(0)  # nothing said: no destroy_process_group, no atexit, no oomflight shutdown
     time.sleep(1)
-    print("done", os.environ["RANK"], flush=True)
+    # One write: the workers share torchrun's stdout, and print's pieces interleaved ("donedone 0").
+    os.write(1, f"done {os.environ['RANK']}\n".encode())
 """)
 
 TEARDOWN_JOB = textwrap.dedent("""

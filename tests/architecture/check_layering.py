@@ -3,7 +3,9 @@
   1. a wing includes only its own headers and those of the wings below it;
   2. an installed header (core/<wing>/include/) includes only installed headers, and never MPI, HDF5, spdlog or fmt;
   3. the analysis and export wings include no MPI or HDF5 header, even privately;
-  4. launcher/ and plugins/ include only installed headers of liboomflight (and their own).
+  4. launcher/ and plugins/ include only installed headers of liboomflight (and their own);
+  5. the store transport and what it builds on (MPI_FREE) compile without <mpi.h>, directly or through any header
+     of the project they include (issue 40: the job's store needs no MPI).
 Usage: check_layering.py SOURCE_DIR. Prints every violation with file and line; exits 1 if there is any."""
 import pathlib
 import re
@@ -21,6 +23,11 @@ BELOW = {
 # Headers at the top of the include tree, and the wing that owns each.
 TOP_LEVEL = {"oomflight/api.h": "base", "oomflight/version.h": "base", "oomflight/oomflight.h": "capi"}
 FOREIGN = re.compile(r"^(mpi\.h|hdf5\.h|H5.*\.h|spdlog/.*|fmt/.*)$")
+# The store transport and what it builds on: none of these, nor any header of the project they reach, includes mpi.h.
+MPI_FREE = ["core/control/src/store_protocol.cpp", "core/control/src/store_handle.cpp",
+            "core/control/src/dump_executor.cpp", "core/control/src/agreed_settings.cpp",
+            "core/control/src/dump_words.cpp", "core/control/src/peer_processes.cpp",
+            "core/control/src/dump_signal.cpp", "core/control/src/retention.cpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 
 
@@ -37,6 +44,34 @@ def includes(file):
         m = INCLUDE.match(line)
         if m:
             yield number, m.group(1)
+
+
+def resolve(root, file, inc):
+    """The project file an include names (beside the includer, or under a wing's include/ or internal/), or None."""
+    beside = file.parent / inc
+    if beside.is_file():
+        return beside
+    for folder in ("include", "internal"):
+        for wing in BELOW:
+            candidate = root / "core" / wing / folder / inc
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def mpi_chain(root, start):
+    """The chain of includes by which `start` reaches mpi.h, or None."""
+    seen, todo = {start}, [(start, [str(start.relative_to(root))])]
+    while todo:
+        file, chain = todo.pop()
+        for number, inc in includes(file):
+            if inc == "mpi.h":
+                return chain + [f"line {number}: <mpi.h>"]
+            found = resolve(root, file, inc)
+            if found is not None and found not in seen:
+                seen.add(found)
+                todo.append((found, chain + [str(found.relative_to(root))]))
+    return None
 
 
 def main(root):
@@ -68,6 +103,10 @@ def main(root):
             for number, inc in includes(file):
                 if owner(inc) is not None and inc not in installed:
                     errors.append(f"{file.relative_to(root)}:{number}: includes {inc}, which liboomflight does not install")
+    for name in MPI_FREE:
+        chain = mpi_chain(root, root / name)
+        if chain:
+            errors.append(f"{name}: must compile without MPI (the store transport), but includes it: {' -> '.join(chain)}")
     for e in errors:
         print(e)
     print(f"{len(errors)} layering violations in {root}")

@@ -13,14 +13,10 @@
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/base/utc_time.hpp"
-#include "oomflight/format/collective_writer.hpp"
 #include "oomflight/version.h"
 
 namespace oomflight {
-namespace {
-// What a frozen history writes, with the allocator state its source gave with the request (none: the rows stay
-// empty and readers rebuild the state from the events).
-RankDump dump_of(const RankRow& row, const FrozenHistory& h, const AllocatorStateRows* state) {
+RankDump DumpExecutor::dump_of(const RankRow& row, const FrozenHistory& h, const AllocatorStateRows* state) {
   return RankDump{.row = row, .events = h.ring.events, .stacks = &h.stacks, .batches = h.batches.rows,
                   .context = h.context,
                   .state_segments = state ? std::span<const StateSegmentRow>(state->segments)
@@ -28,7 +24,6 @@ RankDump dump_of(const RankRow& row, const FrozenHistory& h, const AllocatorStat
                   .state_blocks = state ? std::span<const StateBlockRow>(state->blocks) : std::span<const StateBlockRow>(),
                   .collectives = h.collectives.records, .communicators = h.communicators};
 }
-}  // namespace
 
 
 RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const DumpRequest& request) const {
@@ -111,18 +106,6 @@ std::string DumpExecutor::prepare_rendered_path(const std::filesystem::path& fol
 
 std::string DumpExecutor::archive_path(DumpKind kind, std::int64_t batch) const {
   return prepare_path(config_.folder, config_.filename, template_values(kind, batch));
-}
-
-std::string DumpExecutor::write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                                           const FrozenHistory& h, MPI_Comm comm, const CollectiveArchive& how,
-                                           const AllocatorStateRows* state) const {
-  CollectiveArchive named = how;
-  if (named.naming != Naming::replace) named.naming = naming();  // the caller's replace (a joint dump) stands
-  return write_archive_collective(path, header, dump_of(row, h, state), comm, named);
-}
-
-ArchiveRowCounts DumpExecutor::row_counts(const FrozenHistory& h, const AllocatorStateRows* state) {
-  return archive_row_counts(dump_of(RankRow{}, h, state));
 }
 
 std::string DumpExecutor::write_rank_local(const ArchiveHeader& header, const RankRow& row, const FrozenHistory& h,

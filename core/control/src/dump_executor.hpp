@@ -2,9 +2,10 @@
 // there, collectively or alone, with the fallbacks that keep a frozen history from being lost. The trigger
 // protocol decides whether the ranks agreed; the executor decides what is written where. It is the one place for
 // paths, names and fallbacks, used by the protocol and by the single-process path alike.
+//
+// Nothing here needs MPI (issue 40): the store transport builds on it without <mpi.h>; the MPI transport's
+// collective write of a dump is collective_dump.hpp's.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -16,7 +17,6 @@
 #include "oomflight/control/rank_identity.hpp"
 #include "oomflight/format/archive_schema.hpp"
 #include "oomflight/format/archive_writer.hpp"
-#include "oomflight/format/collective_writer.hpp"
 #include "oomflight/record/recorder.hpp"
 
 namespace oomflight {
@@ -40,16 +40,14 @@ class DumpExecutor {
   /// Throws std::runtime_error naming the folder when it cannot be created.
   std::string archive_path(DumpKind kind, std::int64_t batch) const;
 
-  /// Writes one archive together with every rank of `comm` (see write_archive_collective: `path` counts on
-  /// how.root only) and returns its path. Throws ArchiveError on every rank together, CollectiveTimeout when
-  /// how.wait gave up. `state`: this rank's allocator state as its source gave it with its request (nullptr or
-  /// empty: none).
-  std::string write_collective(const std::string& path, const ArchiveHeader& header, const RankRow& row,
-                               const FrozenHistory& h, MPI_Comm comm, const CollectiveArchive& how,
-                               const AllocatorStateRows* state = nullptr) const;
+  /// How a file of the executor's is named: OOMFLIGHT_OVERWRITE=1 replaces a file of the name; otherwise a taken
+  /// name is never replaced.
+  Naming naming() const { return config_.overwrite ? Naming::replace : Naming::keep_others; }
 
-  /// The rows this rank's history adds to an archive (what write_collective() writes), for the votes.
-  static ArchiveRowCounts row_counts(const FrozenHistory& h, const AllocatorStateRows* state);
+  /// What a frozen history writes, with the allocator state its source gave with the request (nullptr or empty:
+  /// none; the rows stay empty and readers rebuild the state from the events). The result refers to `row`, `h` and
+  /// `state`, which must outlive it.
+  static RankDump dump_of(const RankRow& row, const FrozenHistory& h, const AllocatorStateRows* state);
 
   /// Writes this rank's history alone under OOMFLIGHT_RANK_FILENAME: first in the configured folder, and if that
   /// fails in $TMPDIR/oomflight-{run_name} (or /tmp/...), so that nothing is lost to an unwritable folder or a
@@ -77,8 +75,6 @@ class DumpExecutor {
   // ... with the folder and the name rendered already (the name may be absolute: then it is the path).
   std::string prepare_rendered_path(const std::filesystem::path& folder, const std::filesystem::path& name) const;
   TemplateValues template_values(DumpKind kind, std::int64_t batch) const;
-  // OOMFLIGHT_OVERWRITE=1 replaces a file of the name; otherwise a taken name is never replaced.
-  Naming naming() const { return config_.overwrite ? Naming::replace : Naming::keep_others; }
 
   const Config& config_;
   const RankIdentity& id_;

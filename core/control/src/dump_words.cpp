@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "agreed_settings.hpp"
+#include "oomflight/base/units.hpp"
 
 namespace oomflight {
 
@@ -16,6 +17,11 @@ std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>
                         vanished.size() == 1 ? "rank" : "ranks", rank_ranges(vanished));
   }
   return text;
+}
+
+std::string gave_up_on_the_dump_text(std::chrono::milliseconds dump_timeout) {
+  return fmt::format("the dump did not finish within {} (3 x OOMFLIGHT_DUMP_TIMEOUT); giving up waiting",
+                     format_seconds(3.0 * static_cast<double>(dump_timeout.count()) / 1000.0));
 }
 
 }  // namespace oomflight

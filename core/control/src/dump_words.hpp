@@ -2,6 +2,7 @@
 // says (issue 40: the MPI path and the store path named the same ranks in different words).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -12,5 +13,9 @@ namespace oomflight {
 /// on their node). `before_dump`: said of a dump ("... left the job before this dump ..."). Never throws but
 /// std::bad_alloc.
 std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>& vanished, bool before_dump);
+
+/// Why a request that waited for the dump under way returns without it: "the dump did not finish within 90 s (3 x
+/// OOMFLIGHT_DUMP_TIMEOUT); giving up waiting". `dump_timeout`: OOMFLIGHT_DUMP_TIMEOUT.
+std::string gave_up_on_the_dump_text(std::chrono::milliseconds dump_timeout);
 
 }  // namespace oomflight

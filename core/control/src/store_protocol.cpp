@@ -590,7 +590,8 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     if (!cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; })) {
       DumpResult r;
       r.kind = request.kind;
-      r.error = "the dump under way did not end within 3 x OOMFLIGHT_DUMP_TIMEOUT";
+      r.error = gave_up_on_the_dump_text(config_.dump_timeout);  // the MPI transport's words
+      log().error("{}", r.error);
       return r;
     }
   }

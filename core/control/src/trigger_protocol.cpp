@@ -27,6 +27,7 @@
 
 #include <unistd.h>
 
+#include "collective_dump.hpp"
 #include "dump_signal.hpp"
 #include "dump_words.hpp"
 #include "peer_processes.hpp"
@@ -281,8 +282,7 @@ DumpResult TriggerProtocol::request(const DumpRequest& request) {
   if (!finished || epoch_ <= target) {
     DumpResult r;
     r.kind = request.kind;
-    r.error = fmt::format("the dump did not finish within {} (3 x OOMFLIGHT_DUMP_TIMEOUT); giving up waiting",
-                          format_seconds(3 * config_.dump_timeout.count() / 1000.0));
+    r.error = gave_up_on_the_dump_text(config_.dump_timeout);
     log().error("{}", r.error);
     return r;
   }
@@ -666,7 +666,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
     VoteSummary mine, all;
   };
   auto buffers = std::make_unique<Buffers>(
-      Buffers{VoteSummary(mine, DumpExecutor::row_counts(h, &request.state), size), VoteSummary(size)});
+      Buffers{VoteSummary(mine, dump_row_counts(h, &request.state), size), VoteSummary(size)});
   MPI_Request pending;
   MPI_Iallreduce(buffers->mine.data(), buffers->all.data(), 1, votes_->type(), votes_->op(), comm_, &pending);
   const auto timeout_text = format_seconds(config_.dump_timeout.count() / 1000.0);
@@ -732,8 +732,8 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   timeline_.mark("tally");
   std::string path;
   try {
-    path = executor_.write_collective(
-        name, header, row, h, comm_,
+    path = write_dump_collective(
+        executor_, name, header, row, h, comm_,
         CollectiveArchive{.root = namer,
                           .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); },
                           .step_done = [this](const char* step) { timeline_.mark(step); },
