@@ -1,0 +1,191 @@
+"""The same scenarios over both transports (issue 40): one job, run under `mpirun -np 4` (oomflight's MPI transport)
+and under `torchrun --nproc-per-node 4` (the job's c10d store), each against the same job without oomflight, with
+the real torch on the CPU (gloo). Each scenario asserts one outcome for both launchers: the number of archives, the
+ranks and origins they name, the job's exit status and its wall time against the job without oomflight.
+
+Under mpirun the job takes torch.distributed's env:// variables from Open MPI's, so that it is the same script.
+What is not here yet (issue 40 stays open): an OOM on two ranks at once and one after the other (a late origin
+joins the dump under way over MPI, and gets a dump of its own over the store), a rank killed during the dump,
+SIGUSR1, and the endings of issue 29 over the store.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+import unittest
+from pathlib import Path
+
+from support import CLI, PY, child_env, read_archive, scratch
+
+TORCHRUN = str(Path(PY).parent / "torchrun")
+WORLD = 4
+LAUNCHERS = ("mpirun", "torchrun")
+
+# Every job starts alike: torch.distributed under either launcher, then what the scenario does.
+PROLOGUE = textwrap.dedent("""
+    import os, sys, time
+    if "OMPI_COMM_WORLD_RANK" in os.environ:
+        os.environ.update(RANK=os.environ["OMPI_COMM_WORLD_RANK"], WORLD_SIZE=os.environ["OMPI_COMM_WORLD_SIZE"],
+                          LOCAL_RANK=os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ["TEST_PORT"])
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    dist.barrier()
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def command(launcher: str, oomflight: bool, env: dict) -> list[str]:
+    if launcher == "mpirun":
+        passed = [a for name in sorted(env) if name.startswith(("OOMFLIGHT_", "TEST_")) or name == "PYTHONPATH"
+                  for a in ("-x", name)]
+        job = ["mpirun", "-np", str(WORLD), "--oversubscribe", *passed]
+        return [*job, CLI, "run", "--", PY, "job.py"] if oomflight else [*job, PY, "job.py"]
+    job = [TORCHRUN, "--standalone", "--nproc-per-node", str(WORLD), "--monitor-interval", "0.2", "job.py"]
+    return [CLI, "run", "--", *job] if oomflight else job
+
+
+def archives(out: Path) -> list[Path]:
+    return sorted(out.rglob("*.h5")) if out.is_dir() else []
+
+
+@unittest.skipUnless(CLI, "TEST_CLI names the built oomflight")
+@unittest.skipUnless(Path(TORCHRUN).is_file(), f"no torchrun beside {PY}")
+class TransportParity(unittest.TestCase):
+    def scenario(self, body: str, **extra: str):
+        """Runs the job under each launcher, without and with oomflight; returns {launcher: (base, watched)}, each a
+        dict of rc, seconds, log and the files written."""
+        results = {}
+        for launcher in LAUNCHERS:
+            pair = []
+            for oomflight in (False, True):
+                cwd = scratch()
+                (cwd / "job.py").write_text(PROLOGUE + textwrap.dedent(body))
+                env = child_env(TEST_PORT=str(free_port()), TEST_OOMFLIGHT="1" if oomflight else "0",
+                                OOMFLIGHT_FOLDER=str(cwd / "out"), **extra)
+                started = time.monotonic()
+                result = subprocess.run(command(launcher, oomflight, env), cwd=cwd, env=env, capture_output=True,
+                                        text=True, timeout=300)
+                pair.append({"rc": result.returncode, "seconds": time.monotonic() - started,
+                             "log": result.stdout + result.stderr, "files": archives(cwd / "out")})
+            results[launcher] = tuple(pair)
+        print(", ".join(f"{launcher}: {base['seconds']:.2f} s without oomflight, {watched['seconds']:.2f} s with"
+                        for launcher, (base, watched) in results.items()), flush=True)
+        return results
+
+    def assert_like_the_job_without(self, results, bound: float = 10):
+        for launcher, (base, watched) in results.items():
+            self.assertEqual(watched["rc"], base["rc"], f"{launcher}:\n{watched['log'][-3000:]}")
+            # Not a timing threshold: what each scenario guards against waits OOMFLIGHT_DUMP_TIMEOUT (30 s).
+            self.assertLess(watched["seconds"], base["seconds"] + bound, f"{launcher}:\n{watched['log'][-3000:]}")
+
+    def test_a_rank_that_ends_with_os_exit(self):
+        # Rank 3 ends without a word; the others end normally. Over MPI its node's ranks see its process end
+        # (issue 29); over the store, too (issue 40: every other worker waited the whole deadline).
+        results = self.scenario("""
+            if rank == 3:
+                os._exit(0)
+            time.sleep(1)
+        """)
+        # Not fixed, and said (docs/protocol.md, "Not done yet"): under mpirun the job becomes an MPI program once
+        # liboomflight calls MPI_Init, and Open MPI calls a process that exits 0 without MPI_Finalize an abnormal
+        # termination: mpirun exits 1 where the job without oomflight (gloo only, no MPI) exits 0.
+        base, watched = results["mpirun"]
+        self.assertEqual((base["rc"], watched["rc"]), (0, 1), watched["log"][-3000:])
+        self.assertIn("exited without calling \"finalize\"", watched["log"].replace("\n", " "))
+        results["mpirun"] = (base, {**watched, "rc": base["rc"]})
+        self.assert_like_the_job_without(results)
+        for launcher, (_, watched) in results.items():
+            self.assertEqual(watched["files"], [], f"{launcher}:\n{watched['log'][-3000:]}")
+
+    def test_an_oom_on_one_rank_is_one_archive_of_every_rank(self):
+        results = self.scenario("""
+            if rank == 2:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                                             "capacity of 79.10 GiB of which 1.50 GiB is free.")
+            time.sleep(3)  # the others answer the dump meanwhile (the launcher may stop them first)
+        """)
+        for launcher, (base, watched) in results.items():
+            self.assertNotEqual(watched["rc"], 0, watched["log"][-3000:])
+            self.assertEqual(base["files"], [])
+            self.assertEqual(len(watched["files"]), 1, f"{launcher}: {watched['files']}\n{watched['log'][-3000:]}")
+            a = read_archive(watched["files"][0])
+            self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
+            self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [2], launcher)
+            self.assertEqual(a["attrs"]["kind"], "oom")
+
+    def test_a_snapshot_window_that_closes_at_once_is_one_archive_of_every_rank(self):
+        # skip 0, interval 1: the window of batch 0 closes at the job's first batch mark, before or after the
+        # ranks' start-up agreement (issue 40: over the store, each rank wrote its own file under its provisional
+        # run name, in a run folder of its own).
+        results = self.scenario("""
+            if os.environ["TEST_OOMFLIGHT"] == "1":  # the job without oomflight does not import it
+                import oomflight
+                oomflight.record("alloc", 0, 0x10000000 * (rank + 1), 512)
+                oomflight.mark_batch(1)
+            time.sleep(2)  # the window's merge, on a watcher
+        """, OOMFLIGHT_SKIP_BATCHES="0", OOMFLIGHT_INTERVAL="1ba")
+        self.assert_like_the_job_without(results)
+        for launcher, (_, watched) in results.items():
+            self.assertEqual(len(watched["files"]), 1, f"{launcher}: {watched['files']}\n{watched['log'][-3000:]}")
+            a = read_archive(watched["files"][0])
+            self.assertEqual(a["attrs"]["kind"], "snapshot", launcher)
+            self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
+
+    def test_sigterm_to_every_rank_with_dump_on_exit_is_one_exit_archive(self):
+        # A scheduler's teardown: SIGTERM to every rank at once. One exit archive of every rank, and each rank ends
+        # by the signal, over MPI as over the store (issue 40: over the store, a second exit dump per rank waited the
+        # whole deadline for a rank already gone).
+        for launcher in LAUNCHERS:
+            cwd = scratch()
+            gate, out = cwd / "gate", cwd / "out"
+            gate.mkdir()
+            (cwd / "job.py").write_text(PROLOGUE + textwrap.dedent("""
+                time.sleep(1)  # oomflight's ranks agree at start meanwhile
+                with open(os.path.join(os.environ["TEST_GATE"], str(rank)), "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(120)
+            """))
+            env = child_env(TEST_PORT=str(free_port()), TEST_GATE=str(gate), OOMFLIGHT_FOLDER=str(out),
+                            OOMFLIGHT_DUMP_ON_EXIT="1")
+            job = subprocess.Popen(command(launcher, True, env), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+            try:
+                for _ in range(3000):
+                    if len(list(gate.iterdir())) == WORLD or job.poll() is not None:
+                        break
+                    time.sleep(0.05)
+                pids = [int((gate / str(r)).read_text()) for r in range(WORLD)]
+                signalled = time.monotonic()
+                for pid in pids:
+                    os.kill(pid, signal.SIGTERM)
+                stdout, stderr = job.communicate(timeout=120)
+                took = time.monotonic() - signalled
+            finally:
+                if job.poll() is None:
+                    job.kill()
+            log = stdout + stderr
+            files = archives(out)
+            print(f"{launcher}: SIGTERM to {WORLD} ranks with OOMFLIGHT_DUMP_ON_EXIT: ended {took:.2f} s after; "
+                  f"{[f.name for f in files]}", flush=True)
+            self.assertNotEqual(job.returncode, 0, log[-3000:])
+            self.assertEqual(len(files), 1, f"{launcher}:\n{log[-4000:]}")
+            a = read_archive(files[0])
+            self.assertEqual(a["attrs"]["kind"], "exit", launcher)
+            self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
+            self.assertEqual(len(re.findall(r"SIGTERM: [^;]*; ending the process as SIGTERM would", log)), WORLD,
+                             f"{launcher}:\n{log[-4000:]}")
+            self.assertLess(took, 25, f"{launcher}:\n{log[-3000:]}")  # not a threshold: a wait is 30 s
+
+
+if __name__ == "__main__":
+    unittest.main()
