@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -311,89 +310,6 @@ class RanksBeforeTheStore(unittest.TestCase):
             self.assertIn("(written by this rank alone, before this rank reached the job's store)",
                           a["attrs"]["reason"])
             self.assertRegex(log, rf"oomflight\[rank {rank}\] error: rank {rank} out of memory at batch 0")
-
-
-SILENT_EXIT_JOB = textwrap.dedent("""
-    import os, time, torch, torch.distributed as dist
-    dist.init_process_group("gloo")
-    dist.barrier()
-    if int(os.environ["RANK"]) == int(os.environ["TEST_EXIT_RANK"]):
-        os._exit(0)  # nothing said: no destroy_process_group, no atexit, no oomflight shutdown
-    time.sleep(1)
-    # One write: the workers share torchrun's stdout, and print's pieces interleaved ("donedone 0").
-    os.write(1, f"done {os.environ['RANK']}\n".encode())
-""")
-
-TEARDOWN_JOB = textwrap.dedent("""
-    import os, time, torch, torch.distributed as dist
-    dist.init_process_group("gloo")
-    dist.barrier()
-    time.sleep(1)  # oomflight's ranks agree at start meanwhile
-    with open(os.path.join(os.environ["TEST_GATE"], os.environ["RANK"]), "w") as f:
-        f.write(str(os.getpid()))
-    time.sleep(120)
-""")
-
-
-@unittest.skipUnless(CLI, "TEST_CLI names the built oomflight")
-@unittest.skipUnless(Path(TORCHRUN).is_file(), f"no torchrun beside {PY}")
-class PeersUnderTorchrun(unittest.TestCase):
-    """Issue 40, rows 1 and 2: under torchrun, what the same job under mpirun does (faults.rank_endings there)."""
-
-    def torchrun(self, cwd: Path, oomflight: bool, env: dict, timeout: float = 300):
-        command = [TORCHRUN, "--standalone", "--nproc-per-node", "4", "--monitor-interval", "0.2", "job.py"]
-        return timed([CLI, "run", "--", *command] if oomflight else command, cwd, env, timeout)
-
-    def test_a_worker_that_ends_with_os_exit_costs_the_others_no_deadline(self):
-        cwd = scratch()
-        (cwd / "job.py").write_text(SILENT_EXIT_JOB)
-        env = child_env(TEST_EXIT_RANK="3", OOMFLIGHT_FOLDER=str(cwd / "out"))
-        base, base_took = self.torchrun(cwd, False, env)
-        watched, took = self.torchrun(cwd, True, env)
-        log = watched.stdout + watched.stderr
-        print(f"a worker's os._exit(0) under torchrun: {base_took:.2f} s without oomflight, {took:.2f} s with",
-              flush=True)
-        self.assertEqual(watched.returncode, base.returncode, log[-3000:])
-        self.assertEqual(sorted(re.findall(r"done (\d)", watched.stdout)), ["0", "1", "2"], log[-3000:])
-        self.assertIn("rank 3 ended without a word", log)
-        # Not a timing threshold: a worker waiting for rank 3 waits OOMFLIGHT_DUMP_TIMEOUT (30 s) at its end.
-        self.assertLess(took, base_took + 15, log[-3000:])
-
-    def test_sigterm_to_every_worker_is_one_exit_archive(self):
-        cwd = scratch()
-        (cwd / "job.py").write_text(TEARDOWN_JOB)
-        gate, out = cwd / "gate", cwd / "out"
-        gate.mkdir()
-        env = child_env(TEST_GATE=str(gate), OOMFLIGHT_FOLDER=str(out), OOMFLIGHT_DUMP_ON_EXIT="1")
-        job = subprocess.Popen([CLI, "run", "--", TORCHRUN, "--standalone", "--nproc-per-node", "4",
-                                "--monitor-interval", "0.2", "job.py"], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-        try:
-            for _ in range(3000):
-                if len(list(gate.iterdir())) == 4 or job.poll() is not None:
-                    break
-                time.sleep(0.05)
-            pids = [int((gate / str(r)).read_text()) for r in range(4)]
-            signalled = time.monotonic()
-            for pid in pids:  # a scheduler's teardown: every rank at once
-                os.kill(pid, signal.SIGTERM)
-            stdout, stderr = job.communicate(timeout=120)
-            took = time.monotonic() - signalled
-        finally:
-            if job.poll() is None:
-                job.kill()
-        log = stdout + stderr
-        files = sorted(p.name for p in out.iterdir())
-        print(f"SIGTERM to 4 workers with OOMFLIGHT_DUMP_ON_EXIT: the job ended {took:.2f} s after; {files}",
-              flush=True)
-        self.assertNotEqual(job.returncode, 0, log[-3000:])
-        self.assertEqual(len(files), 1, log[-4000:])
-        a = read_archive(out / files[0])
-        self.assertEqual(a["attrs"]["kind"], "exit")
-        self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], [0, 1, 2, 3], log[-3000:])
-        self.assertEqual(len(re.findall(r"SIGTERM: [^;]*; ending the process as SIGTERM would", log)), 4, log[-4000:])
-        # Not a timing threshold: a second exit dump waited OOMFLIGHT_DUMP_TIMEOUT (30 s) for a rank that had ended.
-        self.assertLess(took, 25, log[-3000:])
 
 
 SUBINTERPRETER_JOB = textwrap.dedent("""

@@ -106,6 +106,8 @@ class TransportParity(unittest.TestCase):
         self.assert_like_the_job_without(results)
         for launcher, (_, watched) in results.items():
             self.assertEqual(watched["files"], [], f"{launcher}:\n{watched['log'][-3000:]}")
+        # Over the store, a peer on rank 3's node tells the others (over MPI the leave agreement sees it silently).
+        self.assertIn("rank 3 ended without a word", results["torchrun"][1]["log"])
 
     def test_an_oom_on_one_rank_is_one_archive_of_every_rank(self):
         results = self.scenario("""
