@@ -237,7 +237,8 @@ void StoreProtocol::notice_vanished() {
       // rank counted as ending normally, or as left, is counted once.
       if (store_->add(fmt::format("vanished/{}", r), 1) != 1) continue;
       if (store_->get(fmt::format("ending/{}", r)) || store_->get(fmt::format("left/{}", r))) continue;
-      store_->set(fmt::format("left/{}", r), "0");  // it answers no dump whose file it did not write
+      store_->set(fmt::format("silent/{}", r), "1");  // what a dump's summary says of it (dump_words.hpp)
+      store_->set(fmt::format("left/{}", r), "0");    // it answers no dump whose file it did not write
       store_->add("left", 1);
       store_->add("left_early", 1);
       log().info("rank {} ended without a word (its process is gone: killed, os._exit or a crash); no dump waits "
@@ -851,7 +852,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       try {
         wrote = store_->get(key(n, fmt::format("file/{}", q))).has_value();
         if (const auto text = store_->get(fmt::format("left/{}", q))) reached = to_int(*text);
-        silent = reached && store_->get(fmt::format("vanished/{}", q)) && !store_->get(fmt::format("ending/{}", q));
+        silent = reached && store_->get(fmt::format("silent/{}", q));  // a peer spoke for it (notice_vanished)
       } catch (const std::exception&) {
       }
       (wrote ? elsewhere : reached && *reached <= n ? left : missing).push_back(q);

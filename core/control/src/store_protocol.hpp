@@ -15,6 +15,10 @@
 //   dN/claim_late    counter: when no merged appears within one more deadline (the merger died), the first waiter
 //                    with a file merges instead
 //   left, left/R     ranks whose session ended (R: the dump number it had reached): nobody waits for them
+//   node/R           rank R's peers on its node ("rank pid" each), set by rank 0 at the agreement
+//   vanished/R, silent/R  a peer saw rank R's process end: the first (whose add gives 1) writes left/R for it, and
+//                    silent/R, unless R had said ending/R or left/R itself
+//   ending/R         rank R counts itself in `ending` (set first)
 //   ending, left_early  ranks ending normally, and ranks that left on an error: a normal end answers dumps until
 //                    the two add up to the world size (the leave agreement)
 //   sW/file/R, sW/files  rank R's file of the snapshot window starting at batch W, and their count: the rank
