@@ -3,18 +3,29 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "agreed_settings.hpp"
 #include "oomflight/base/units.hpp"
 
 namespace oomflight {
 
 std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>& vanished, bool before_dump) {
-  std::string text = fmt::format("{} {} left the job{} (ended {} oomflight session without the others)",
-                                 gone.size() == 1 ? "rank" : "ranks", rank_ranges(gone),
-                                 before_dump ? " before this dump" : "", gone.size() == 1 ? "its" : "their");
+  // A rank that said it left, left; one whose process was seen to end said nothing, and may have died during the
+  // dump: each is named for what is known of it.
+  std::vector<int> left;
+  for (int r : gone) {
+    if (std::find(vanished.begin(), vanished.end(), r) == vanished.end()) left.push_back(r);
+  }
+  std::string text;
+  if (!left.empty()) {
+    text = fmt::format("{} {} left the job{} (ended {} oomflight session without the others)",
+                       left.size() == 1 ? "rank" : "ranks", rank_ranges(left), before_dump ? " before this dump" : "",
+                       left.size() == 1 ? "its" : "their");
+  }
   if (!vanished.empty()) {
-    text += fmt::format("; {} {} ended without a word (its process is gone: killed, os._exit or a crash)",
-                        vanished.size() == 1 ? "rank" : "ranks", rank_ranges(vanished));
+    text += fmt::format("{}{} {} ended without a word (its process is gone: killed, os._exit or a crash)",
+                        text.empty() ? "" : "; ", vanished.size() == 1 ? "rank" : "ranks", rank_ranges(vanished));
   }
   return text;
 }

@@ -10,8 +10,8 @@ namespace oomflight {
 
 /// Why ranks are not in a dump, or not in the job any more: `gone` (ascending) ended their session without the
 /// others, `vanished` (ascending, a subset of `gone`) ended without a word (their process was seen to end by a rank
-/// on their node). `before_dump`: said of a dump ("... left the job before this dump ..."). Never throws but
-/// std::bad_alloc.
+/// on their node; it may have died during the dump). The ranks of `gone` that did not vanish "left the job" (`before_dump`:
+/// "... before this dump"); those that vanished "ended without a word". Never throws but std::bad_alloc.
 std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>& vanished, bool before_dump);
 
 /// Why a request that waited for the dump under way returns without it: "the dump did not finish within 90 s (3 x
