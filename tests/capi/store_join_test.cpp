@@ -382,9 +382,10 @@ TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
       << log(1);
 }
 
-// A rank whose own out-of-memory error comes after its history was frozen for another rank's dump is not in that
-// archive: once it is written, a dump of its own follows, which names it (and holds its oom event).
-TEST_F(StoreJoin, AnOomAfterThisRanksFreezeGetsADumpOfItsOwn) {
+// A rank whose own out-of-memory error comes after its history was frozen for another rank's dump, while that dump
+// is under way: it says so as it ends that dump (dN/late), the dump's origin stays, and the dump of its own that
+// follows names both and replaces the first archive: one archive, as over MPI (the joint dump; issue 40's table).
+TEST_F(StoreJoin, AnOomDuringAnotherRanksDumpGivesOneJointArchive) {
   const fs::path started = dir_.path() / "started";
   const fs::path late = dir_.path() / "late";
   const auto statuses = run_ranks(
@@ -393,38 +394,53 @@ TEST_F(StoreJoin, AnOomAfterThisRanksFreezeGetsADumpOfItsOwn) {
         if (rank == 0) {
           wait_for(started);
           oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
+          std::ofstream(dir_.path() / "rank0-result") << oomflight_last_dump_path();
         }
         wait_for(late);  // rank 1's own dump is over: both ranks answered it
       },
       [&](int rank) {
         if (rank != 1) return;
         std::ofstream(started) << "x";
-        // Rank 1's watcher says its file of dump 0 is written (after its freeze): now its own failure comes.
+        // Rank 1's watcher is about to say its file of dump 0 is written (after its freeze): its own failure comes
+        // now, and the watcher goes on once the failing thread is in it (its request waits for the dump).
         g_on_set = [](const char* key) {
           if (std::strcmp(key, "d0/file/1") != 0) return;
+          static std::atomic<bool> failing{false};
           std::thread([] {
+            failing = true;
             oomflight_trigger_oom(0, "CUDA out of memory (rank 1, late)", 2048, 7);
-            std::ofstream(std::getenv("TEST_LATE_MARKER")) << "x";
+            std::ofstream(std::getenv("TEST_LATE_MARKER")) << oomflight_last_dump_path();
           }).detach();
+          while (!failing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
         };
         setenv("TEST_LATE_MARKER", (dir_.path() / "late").c_str(), 1);
       });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
-  const auto files = test::files_with_suffix(dir_.path() / "out", ".h5");
-  ASSERT_EQ(files.size(), 2u) << log(1);
-  std::vector<Archive> archives;
-  for (const auto& f : files) archives.push_back(read_archive(f.string()));
-  std::sort(archives.begin(), archives.end(),
-            [](const Archive& x, const Archive& y) { return x.header.dump_number < y.header.dump_number; });
-  EXPECT_EQ(archives[0].header.origin_ranks, (std::vector<std::int32_t>{0}));
-  EXPECT_EQ(archives[1].header.origin_ranks, (std::vector<std::int32_t>{1}));
-  EXPECT_NE(archives[1].header.reason.find("rank 1: CUDA out of memory (rank 1, late)"), std::string::npos)
-      << archives[1].header.reason;
-  for (const Archive& a : archives) EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1})) << log(0) << log(1);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(a.header.dump_number, 1);
+  EXPECT_NE(a.header.reason.find("rank 0: CUDA out of memory (rank 0)"), std::string::npos) << a.header.reason;
+  EXPECT_NE(a.header.reason.find("rank 1: CUDA out of memory (rank 1, late)"), std::string::npos) << a.header.reason;
+  int origins = 0;
+  for (const RankRow& row : a.ranks) origins += row.is_origin ? 1 : 0;
+  EXPECT_EQ(origins, 2);
+  // Both failing threads got the joint archive (the first one's name), and each rank said its part.
+  std::string path0, path1;
+  std::ifstream(dir_.path() / "rank0-result") >> path0;
+  std::ifstream(late) >> path1;
+  EXPECT_EQ(path0, a.path) << log(0);
+  EXPECT_EQ(path1, a.path) << log(1);
+  EXPECT_NE(log(0).find("rank 1 ran out of memory during this dump: staying for its dump, which names this rank "
+                        "too"),
+            std::string::npos)
+      << log(0);
   EXPECT_NE(log(1).find("rank 1's failure came after its history was frozen for the dump under way; a dump of its "
-                        "own follows"),
+                        "own follows, which names that dump's origin too and replaces " + a.path),
             std::string::npos)
       << log(1);
+  EXPECT_NE(log(1).find("ranks 0, 1 out of memory at batch"), std::string::npos) << log(1);
 }
 
 // A rank whose session ended on an error before the dump is not waited for (the deadline is 60 s): the archive

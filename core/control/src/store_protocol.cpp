@@ -87,6 +87,10 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
   watcher_ = std::thread([this] {
+    {
+      std::lock_guard lock(mutex_);
+      watcher_id_ = std::this_thread::get_id();
+    }
     watch();
     {
       std::lock_guard lock(mutex_);
@@ -109,12 +113,13 @@ std::string StoreProtocol::key(std::int64_t n, const std::string& what) const { 
 std::string StoreProtocol::encode(const Cause& c) {
   return pack({std::to_string(c.origin), std::to_string(static_cast<int>(c.kind)), std::to_string(c.batch),
                std::to_string(c.requested_bytes), std::to_string(c.device_free_bytes),
-               std::to_string(c.numbers_from_message), c.reason});
+               std::to_string(c.numbers_from_message), c.reason, c.replaces,
+               fmt::format("{}", fmt::join(c.joint_origins, ","))});
 }
 
 std::optional<StoreProtocol::Cause> StoreProtocol::decode(const std::string& text) {
   const auto f = unpack(text);
-  if (!f || f->size() != 7) return std::nullopt;
+  if (!f || f->size() != 9) return std::nullopt;
   const auto origin = to_int((*f)[0]), kind = to_int((*f)[1]), batch = to_int((*f)[2]), requested = to_int((*f)[3]),
              free = to_int((*f)[4]), from = to_int((*f)[5]);
   if (!origin || !kind || !batch || !requested || !free || !from || *kind < 0 || *kind >= kDumpKindCount) {
@@ -128,6 +133,14 @@ std::optional<StoreProtocol::Cause> StoreProtocol::decode(const std::string& tex
   c.device_free_bytes = static_cast<std::uint64_t>(*free);
   c.numbers_from_message = static_cast<std::uint32_t>(*from);
   c.reason = (*f)[6];
+  c.replaces = (*f)[7];
+  for (std::size_t at = 0; at < (*f)[8].size();) {
+    const std::size_t comma = std::min((*f)[8].find(',', at), (*f)[8].size());
+    const auto r = to_int((*f)[8].substr(at, comma - at));
+    if (!r || *r < 0 || *r > INT32_MAX) return std::nullopt;
+    c.joint_origins.push_back(static_cast<std::int32_t>(*r));
+    at = comma + 1;
+  }
   return c;
 }
 
@@ -530,13 +543,23 @@ void StoreProtocol::watch() {
         // memory at the same step, and one whose failing thread had not asked yet when the cause arrived is named
         // with the first (its request, when it comes, finds its failure in this dump: request()).
         bool is_origin = false;
+        const bool rejoin = std::find(cause.joint_origins.begin(), cause.joint_origins.end(), id_.rank) !=
+                            cause.joint_origins.end();
         {
           std::lock_guard lock(mutex_);
-          is_origin = h.oom_events > oom_events_covered_;
-          if (is_origin) oom_events_covered_ = h.oom_events;
-          unclaimed_oom_events_ = is_origin ? h.oom_events : 0;  // a request waiting on this dump clears it after
+          if (rejoin) {
+            // The joint dump: this rank was an origin of the dump a late failure asked to join. It is an origin of
+            // this one too, with the same words and figures (its request waits for this dump: await_joint).
+            is_origin = true;
+            request = joint_request_;
+            oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
+          } else {
+            is_origin = h.oom_events > oom_events_covered_;
+            if (is_origin) oom_events_covered_ = h.oom_events;
+            unclaimed_oom_events_ = is_origin ? h.oom_events : 0;  // a request waiting on this dump clears it after
+          }
         }
-        if (is_origin) {
+        if (is_origin && !rejoin) {
           request = request_from_oom_event(h);
           announce_dump(request, id_.rank, h.batch);
           try {
@@ -588,7 +611,10 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
       log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
     }
     waited = true;
-    if (!cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; })) {
+    if (request.kind == DumpKind::oom) ++oom_requests_waiting_;  // say_done asks whether one waits
+    const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });
+    if (request.kind == DumpKind::oom) --oom_requests_waiting_;
+    if (!ended) {
       DumpResult r;
       r.kind = request.kind;
       r.error = gave_up_on_the_dump_text(config_.dump_timeout);  // the MPI transport's words
@@ -596,15 +622,25 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
       return r;
     }
   }
+  // A failure of this rank that came during the last dump, after its freeze, and was said in time (say_done): that
+  // dump's origins stay for this rank's dump, which names them too and replaces their archive (the joint dump).
+  std::optional<DumpResult> joint_with;
   if (waited) {
     if (request.kind == DumpKind::oom) unclaimed_oom_events_ = 0;  // the dump it waited for answers it
-    if (request.kind != DumpKind::oom || recorder_.oom_events() <= oom_events_covered_) return last_result_;
+    if (request.kind != DumpKind::oom || recorder_.oom_events() <= oom_events_covered_) return await_joint(lock);
     // Its oom event came after this rank's history was frozen for that dump: no archive holds it yet.
-    log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
-               "follows",
-               id_.rank);
+    if (late_in_dump_ == next_dump_ - 1 && last_result_.status == DumpResult::Status::archive) {
+      joint_with = last_result_;
+      log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
+                 "follows, which names that dump's {} too and replaces {}",
+                 id_.rank, last_result_.origin_ranks.size() == 1 ? "origin" : "origins", last_result_.path);
+    } else {
+      log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
+                 "follows",
+                 id_.rank);
+    }
   } else if (answered_by_the_dump_that_holds_it(request, unclaimed_oom_events_, recorder_.oom_events(), id_.rank)) {
-    return last_result_;  // its oom event made this rank an origin on the watcher, and that dump ended first
+    return await_joint(lock);  // its oom event made this rank an origin on the watcher, and that dump ended first
   }
   dumping_ = true;
   const std::int64_t n = next_dump_;
@@ -617,7 +653,14 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     // The first origin (the add gives it 1) writes the cause at once, before its freeze: the others start theirs
     // meanwhile, and no window is left between the trigger and the cause in which its death would hide the dump.
     Cause cause{id_.rank, request.kind, request.batch >= 0 ? request.batch : recorder_.batch(),
-                request.requested_bytes, request.device_free_bytes, request.numbers_from_message, request.reason};
+                request.requested_bytes, request.device_free_bytes, request.numbers_from_message, request.reason,
+                {}, {}};
+    if (joint_with) {
+      // The joint archive keeps the name and batch of the one it replaces.
+      cause.replaces = joint_with->path;
+      cause.joint_origins.assign(joint_with->origin_ranks.begin(), joint_with->origin_ranks.end());
+      cause.batch = joint_with->batch;
+    }
     std::int64_t order = 0;
     try {
       order = store_->add(key(n, "trigger"), 1);
@@ -642,7 +685,8 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     // A dump the others never heard of (the store failed at its trigger) does not count: the ranks' numbers stay
     // alike.
     finish(r, order != 0);
-    return r;
+    lock.lock();
+    return joint_expected_ ? await_joint(lock) : r;
   } catch (const std::exception& e) {
     DumpResult r;
     r.kind = request.kind;
@@ -718,10 +762,13 @@ std::vector<std::string> StoreProtocol::visible_files(const std::string& prefix,
   return files;
 }
 
-std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks) {
+std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t batch, const std::string& replaces,
+                                 std::vector<std::int32_t>* ranks) {
   const std::vector<std::string> files = visible_files(key(n, "file/"), ranks);
   try {
-    const std::string path = executor_.archive_path(kind, batch);
+    // A joint dump's archive takes the name of the one it replaces (written under a partial name, then renamed
+    // over it: the first archive stands until the joint one is complete).
+    const std::string path = replaces.empty() ? executor_.archive_path(kind, batch) : replaces;
     const auto lock = lock_files();
     const ArchiveHeader merged = merge_archives(files, path);
     // The archive's origins are the union of the files' (a rank may have become one after the cause was written):
@@ -740,9 +787,11 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   const int size = id_.world_size;
   const std::int64_t deadline = start_ns + to_ns(config_.dump_timeout);
   DumpTimeline timeline;  // from the freeze's end: the steps below, logged at debug level as the MPI path's are
-  std::vector<std::int32_t> origins = {cause.origin};
-  if (is_origin && cause.origin != me) origins.push_back(me);
+  std::vector<std::int32_t> origins = cause.joint_origins;
+  origins.push_back(cause.origin);
+  if (is_origin) origins.push_back(me);
   std::sort(origins.begin(), origins.end());
+  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
   DumpResult r;
   r.kind = cause.kind;
   r.origin_ranks.assign(origins.begin(), origins.end());
@@ -784,7 +833,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       if (store_->get(key(n, fmt::format("file/{}", q)))) lowest = q;
     }
     if (lowest < 0 && !mine.empty() && store_->add(key(n, "claim"), 1) == 1) {
-      const std::string text = merge(n, cause.kind, cause.batch, &merged_ranks);
+      const std::string text = merge(n, cause.kind, cause.batch, cause.replaces, &merged_ranks);
       store_->set(key(n, "merged"), text);
       merged = unpack(text);
       timeline.mark("merge");
@@ -795,7 +844,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
         if (store_->add(key(n, "claim_late"), 1) == 1) {
           // The merging rank died or stalled after its claim: the first rank to get here merges instead.
           log().warn("dump {}: no rank merged the histories within the deadline; this rank merges them", n);
-          const std::string text = merge(n, cause.kind, cause.batch, &merged_ranks);
+          const std::string text = merge(n, cause.kind, cause.batch, cause.replaces, &merged_ranks);
           store_->set(key(n, "merged"), text);
           merged = unpack(text);
         } else {
@@ -876,10 +925,15 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       log().info("{}; archive {} written by {} of {} ranks in {}{}{}", what, r.path, r.ranks_written, size,
                  format_seconds(r.seconds), r.error.empty() ? "" : ": ", r.error);
     }
+    if (speaks && !cause.replaces.empty()) {
+      log().info("{} replaces the archive of dump {}: it names every rank that failed during that dump", r.path,
+                 n - 1);
+    }
     if (!merged_ranks.empty() && merged_ranks.front() == me) {
       const auto files = lock_files();
       prune_archives(r.path, id_.run_name, id_.job_id, config_);
     }
+    say_done(n, is_origin, r, request, monotonic_ns() + to_ns(config_.dump_timeout));
     return r;
   }
   if (r.error.empty()) {
@@ -903,7 +957,81 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   r.path = mine;
   r.ranks_written = 1;
   log().warn("{}; {}; this rank's history is in the rank-local file {}", what, r.error, r.path);
+  say_done(n, is_origin, r, request, monotonic_ns() + to_ns(config_.dump_timeout));
   return r;
+}
+
+void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r, const DumpRequest& request,
+                             std::int64_t deadline_ns) {
+  bool late = false;
+  {
+    std::lock_guard lock(mutex_);
+    // A failing thread waits for this dump, and its oom event is not in this rank's file (it came after the freeze).
+    late = oom_requests_waiting_ > 0 && recorder_.oom_events() > oom_events_covered_;
+    if (late) late_in_dump_ = n;
+  }
+  std::vector<int> late_ranks;
+  try {
+    if (late) store_->add(key(n, "late"), 1);  // before done/R: an origin that sees this rank done sees it late
+    store_->set(key(n, fmt::format("done/{}", id_.rank)), late ? "late" : "ok");
+    store_->add(key(n, "done"), 1);
+    if (!is_origin) return;
+    for (;;) {
+      const std::int64_t files = store_->add(key(n, "files"), 0);
+      const std::int64_t done = store_->add(key(n, "done"), 0);
+      if (done >= files) break;
+      if (monotonic_ns() >= deadline_ns) {
+        log().warn("{} of {} ranks with a file of this dump said they were done with it before the deadline", done,
+                   files);
+        break;
+      }
+      if (store_->add("left", 0) > 0 && every_file_done(n)) break;  // a rank with a file left (or died) since
+      notice_vanished();
+      sleep_for(pacing_.wait);
+    }
+    if (store_->add(key(n, "late"), 0) > 0) {
+      for (int q = 0; q < id_.world_size; ++q) {
+        if (q == id_.rank) continue;
+        if (const auto v = store_->get(key(n, fmt::format("done/{}", q))); v && *v == "late") late_ranks.push_back(q);
+      }
+    }
+  } catch (const std::exception& e) {
+    log().warn("the job's store at the end of dump {}: {}", n, e.what());
+    return;
+  }
+  if (late_ranks.empty() || r.status != DumpResult::Status::archive || r.kind != DumpKind::oom) return;
+  log().info("{} {} ran out of memory during this dump: staying for {} dump, which names this rank too",
+             late_ranks.size() == 1 ? "rank" : "ranks", rank_ranges(late_ranks),
+             late_ranks.size() == 1 ? "its" : "their");
+  std::lock_guard lock(mutex_);
+  joint_expected_ = true;
+  joint_after_ = n;
+  joint_request_ = request;
+}
+
+bool StoreProtocol::every_file_done(std::int64_t n) {
+  for (int q = 0; q < id_.world_size; ++q) {
+    if (!store_->get(key(n, fmt::format("file/{}", q)))) continue;
+    if (store_->get(key(n, fmt::format("done/{}", q))) || store_->get(fmt::format("left/{}", q))) continue;
+    return false;
+  }
+  return true;
+}
+
+DumpResult StoreProtocol::await_joint(std::unique_lock<std::mutex>& lock) {
+  // The watcher's own requests (SIGUSR1, SIGTERM) never wait: the joint dump is the watcher's to answer.
+  if (!joint_expected_ || watcher_id_ == std::this_thread::get_id()) return last_result_;
+  const std::int64_t n = joint_after_;
+  const bool started = cv_.wait_for(lock, config_.dump_timeout, [&] {
+    return stop_ || next_dump_ > n + 1 || (dumping_ && next_dump_ == n + 1);
+  });
+  if (!started || (stop_ && next_dump_ <= n + 1)) {
+    joint_expected_ = false;  // it never came (the late rank died): a later dump is not a joint one
+    log().warn("the dump of the rank that failed during this one did not start within OOMFLIGHT_DUMP_TIMEOUT");
+    return last_result_;
+  }
+  cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return stop_ || next_dump_ > n + 1; });
+  return last_result_;
 }
 
 void StoreProtocol::finish(DumpResult result, bool counted) {
@@ -913,6 +1041,7 @@ void StoreProtocol::finish(DumpResult result, bool counted) {
     last_result_ = std::move(result);
     dumping_ = false;
     if (counted) ++next_dump_;
+    if (joint_expected_ && next_dump_ > joint_after_ + 1) joint_expected_ = false;  // the joint dump is over
   }
   cv_.notify_all();
 }

@@ -135,6 +135,10 @@ class StoreProtocol {
     std::uint64_t device_free_bytes = 0;
     std::uint32_t numbers_from_message = 0;
     std::string reason;
+    // The joint dump (docs/protocol.md, "Two origins at once"): a rank failed during dump N after its freeze and
+    // said so (dN/late); its dump names N's origins too and replaces N's archive, whose path this is.
+    std::string replaces;
+    std::vector<std::int32_t> joint_origins;
   };
 
   void watch();
@@ -175,12 +179,25 @@ class StoreProtocol {
   static std::string encode(const Cause& c);
   static std::optional<Cause> decode(const std::string& text);
   std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
+  // The end of dump n on this rank (its file written): says so (dN/done/R, dN/done), first saying (dN/late) when a
+  // failure of this rank came during the dump, after its freeze. An origin then waits, until `deadline_ns`, for every
+  // rank with a file to say so (an origin's error ends the job: a rank torn down first would leave its file beside
+  // the archive), and stays for the joint dump when a rank said it failed late (as the MPI transport's DONE does).
+  void say_done(std::int64_t n, bool is_origin, const DumpResult& r, const DumpRequest& request,
+                std::int64_t deadline_ns);
+  bool every_file_done(std::int64_t n);  // every rank with a file of dump n said done, or left
+  // A request that a dump answered, on an origin of it: waits for the joint dump that a rank that failed during
+  // it asked for (it names this rank too, and replaces the archive just written), at most OOMFLIGHT_DUMP_TIMEOUT for
+  // it to start; returns the last result. `lock` holds mutex_.
+  DumpResult await_joint(std::unique_lock<std::mutex>& lock);
   // The paths under `prefix`R for every rank R that this host can see (the others are named in the log).
   std::vector<std::string> visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks);
   bool every_rank_answered(std::int64_t n, std::vector<char>& answered);  // answered: what earlier looks saw
   // dN/merged's fields once it is there, or nullopt at `until_ns`.
   std::optional<std::vector<std::string>> wait_merged(std::int64_t n, std::int64_t until_ns);
-  std::string merge(std::int64_t n, DumpKind kind, std::int64_t batch, std::vector<std::int32_t>* ranks);
+  // Merges the files of dump n into its archive (`replaces`: the archive a joint dump replaces, else a new name).
+  std::string merge(std::int64_t n, DumpKind kind, std::int64_t batch, const std::string& replaces,
+                    std::vector<std::int32_t>* ranks);
   void merge_snapshot(std::int64_t first_batch, std::int64_t last_batch);
 
   const Config& config_;
@@ -204,6 +221,16 @@ class StoreProtocol {
   // watcher, before its failing thread asked (that request is then answered by that dump, not a second one).
   std::uint64_t oom_events_covered_ = 0;
   std::uint64_t unclaimed_oom_events_ = 0;
+  // The joint dump. A failing thread's request that waits for the dump under way (its failure may have come after
+  // this rank's freeze for it); the dump in which this rank said it failed late; and, on an origin of a dump a rank
+  // said that of, what it stays for: the dump number, its request (the joint dump names it with the same words) and
+  // the archive it replaces.
+  int oom_requests_waiting_ = 0;
+  std::int64_t late_in_dump_ = -1;
+  bool joint_expected_ = false;
+  std::int64_t joint_after_ = -1;
+  DumpRequest joint_request_;
+  std::thread::id watcher_id_;  // (mutex_) the watcher's, for what it must never wait on itself
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool said_ending_ = false;  // this rank added itself to `ending` (its leave agreement): it never leaves early
