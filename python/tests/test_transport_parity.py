@@ -56,6 +56,16 @@ def command(launcher: str, oomflight: bool, env: dict) -> list[str]:
     return [CLI, "run", "--", *job] if oomflight else job
 
 
+def report_of(archive: Path) -> str:
+    """`oomflight report ARCHIVE` but for what may differ between the two launchers' runs of one job: the path, the
+    run's name and time (its first two lines), the restart round (torchrun's alone) and the command line (torchrun
+    starts `python -u`)."""
+    text = subprocess.run([CLI, "report", str(archive)], capture_output=True, text=True, timeout=60, check=True).stdout
+    lines = text.splitlines()[2:]
+    return "\n".join(l for l in lines
+                     if not l.lstrip().startswith(("metadata: oomflight.restart_round=", "ran on ")))
+
+
 def archives(out: Path) -> list[Path]:
     return sorted(out.rglob("*.h5")) if out.is_dir() else []
 
@@ -126,6 +136,11 @@ class TransportParity(unittest.TestCase):
             self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
             self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [2], launcher)
             self.assertEqual(a["attrs"]["kind"], "oom")
+        # The same post-mortem from either launcher's archive.
+        mpi, store = (report_of(results[launcher][1]["files"][0]) for launcher in LAUNCHERS)
+        self.assertIn("origin: rank 2", mpi)
+        self.assertIn("requested 2.00 GiB, device free 1.50 GiB of 79.10 GiB", mpi)
+        self.assertEqual(mpi, store)
 
     def test_an_oom_on_two_ranks_at_once_is_one_archive_naming_both(self):
         # Ranks 2 and 3 fail at the same step: whichever asks first, the other is an origin of that dump (its oom
@@ -143,6 +158,11 @@ class TransportParity(unittest.TestCase):
             self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [2, 3], f"{launcher}:\n{watched['log']}")
             for r in (2, 3):
                 self.assertIn(f"CUDA out of memory on rank {r}", a["attrs"]["reason"], launcher)
+        # Which of the two failed first is the race of each run, not the launcher's.
+        mpi, store = (re.sub(r" \(rank \d+ failed first\)", "", report_of(results[launcher][1]["files"][0]))
+                      for launcher in LAUNCHERS)
+        self.assertIn("origin: ranks 2, 3\n", mpi)
+        self.assertEqual(mpi, store)
 
     def test_an_oom_after_another_ranks_dump_is_a_second_archive(self):
         # Rank 2 runs out of memory and goes on (a caught OOM, as a trainer that skips the batch does); rank 3 fails

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "sigterm_plan.hpp"
+
 namespace oomflight {
 
 /// A burst of SIGUSR1 (a script in a loop, a pkill per node) is one dump, not one archive per signal: allow() says

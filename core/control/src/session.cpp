@@ -1,4 +1,5 @@
-// Session: identity, the recorder, and either the trigger protocol (MPI) or the single-process dump.
+// Session: identity, the recorder, and the coordinator of this rank's dumps (the MPI transport or the job's store;
+// dump_coordinator.hpp), or its dumps alone.
 #include "oomflight/control/session.hpp"
 
 #include <fmt/format.h>
@@ -17,7 +18,8 @@
 #include "oomflight/format/collective_writer.hpp"
 #include "retention.hpp"
 #include "settings_agreement.hpp"
-#include "snapshot_events.hpp"
+#include "dump_coordinator.hpp"
+#include "snapshot_dump.hpp"
 #include "store_protocol.hpp"
 #include "trigger_protocol.hpp"
 
@@ -71,10 +73,12 @@ Session::Session(Config config, MPI_Comm world)
   if (provided < MPI_THREAD_MULTIPLE) {
     log().warn("MPI was initialised without MPI_THREAD_MULTIPLE; coordinated dumps are off and each rank writes a "
                "rank-local file");
+    alone_because_ = "MPI was initialised without MPI_THREAD_MULTIPLE";
     MPI_Comm_free(&comm);
     return;
   }
-  protocol_ = std::make_unique<TriggerProtocol>(config_, identity_, recorder_, *executor_, comm);
+  coordinator_ = std::make_unique<TriggerProtocol>(config_, identity_, recorder_, *executor_, comm);
+  view_.store(coordinator_.get(), std::memory_order_release);
 }
 
 void Session::refuse_start_up(MPI_Comm world) noexcept {
@@ -95,7 +99,7 @@ void Session::refuse_start_up(MPI_Comm world) noexcept {
 Session::~Session() {
   const bool ended = shutdown(End::error);
   bool left_behind = false;
-  for (auto& left : left_stores_) {
+  for (auto& left : left_) {
     // A store this rank left whose watcher was left behind (in a dump of its own) still reads the session's parts.
     if (!left->watcher_joined()) {
       (void)left.release();
@@ -104,8 +108,7 @@ Session::~Session() {
   }
   if (!ended || left_behind) {
     // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
-    (void)protocol_.release();
-    (void)store_protocol_.release();
+    (void)coordinator_.release();
     (void)executor_.release();
   }
 }
@@ -114,47 +117,37 @@ bool Session::shutdown(End how) {
   const bool normal_end = how == End::normal || (how == End::requested && !oom_dumped_);
   {
     std::unique_lock lock(batch_mutex_);
-    if (shut_down_) return protocol_ ? protocol_->shutdown(false, LeaveAgreement::Leaving::on_error) : true;
+    if (shut_down_) return coordinator_ ? coordinator_->end(false, true) : true;
     if (normal_end && config_.enabled) {
       // A normal end ends the running batch: a window whose last batch it is closes now, and is written
       // before the watcher stops (every rank shuts down alike; bounded by the dump deadline).
-      if (const auto w = schedule_.closed_at_end(recorder_.batch()); w && await_store_agreement(lock)) {
-        take_snapshot(*w);
-      }
+      if (const auto w = schedule_.closed_at_end(recorder_.batch()); w && await_agreement(lock)) take_snapshot(*w);
     }
     shut_down_ = true;
   }
   // An error exit, or a requested end after this rank's OOM dump, is the job ending on its error, and its peers
   // may be stuck in the job's own collectives: no window is closed or waited for (a dump goes first: the OOM ends
-  // the job as fast with snapshots on as without).
-  if (normal_end && protocol_ && !protocol_->drain_snapshots(config_.dump_timeout)) {
-    log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
-               "end of its window, or left); it is dropped");
-  }
-  // The store transport has no leave agreement: it tells the others this rank left, so that no dump waits for it.
-  if (store_protocol_) store_protocol_->shutdown(normal_end);
+  // the job as fast with snapshots on as without). A normal end leaves together with the other ranks (answering
+  // their dumps meanwhile); any other end does not wait for them, and says whether it ends on an error: a requested
+  // end after an OOM dump may finalise MPI (a caught and retried OOM that exits 0), so it does not claim otherwise.
+  const bool ended = coordinator_ ? coordinator_->end(normal_end, how == End::error) : true;
   // A store this rank left (destroy_process_group) whose watcher was still inside a call to it lets go of it when
   // that call returns: given up to a second more now, so that the job's store (a FileStore's file) does not outlive
   // the process for oomflight's sake.
-  std::vector<StoreProtocol*> left;
+  std::vector<DumpCoordinator*> left;
   {
     std::lock_guard lock(batch_mutex_);
-    for (const auto& l : left_stores_) left.push_back(l.get());
+    for (const auto& l : left_) left.push_back(l.get());
   }
-  for (StoreProtocol* l : left) l->finish_leaving(std::chrono::seconds(1));
-  // A normal end leaves together with the other ranks (answering their dumps meanwhile); any other end does not
-  // wait for them, and says whether it finalises MPI: an error never does; a requested end after an OOM dump may
-  // (a caught and retried OOM that exits 0), so it does not claim otherwise.
-  return protocol_ ? protocol_->shutdown(normal_end, how == End::error ? LeaveAgreement::Leaving::on_error
-                                                                       : LeaveAgreement::Leaving::normally)
-                   : true;
+  for (DumpCoordinator* l : left) l->finish_leaving(std::chrono::seconds(1));
+  return ended;
 }
 
 void Session::stop_watching_peers() {
-  if (protocol_) protocol_->stop_watching_peers();
+  if (coordinator_) coordinator_->stop_watching_peers();
 }
 
-bool Session::peer_never_finalises() { return protocol_ && protocol_->peer_never_finalises(); }
+bool Session::peer_never_finalises() { return coordinator_ && coordinator_->peer_never_finalises(); }
 
 void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world_size, int local_rank) {
   if (world_size < 1 || rank < 0 || rank >= world_size || local_rank < 0 || local_rank >= world_size) {
@@ -162,33 +155,34 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
                                             local_rank, world_size));
   }
   std::lock_guard lock(batch_mutex_);
-  if (protocol_) throw std::logic_error("this process joined its MPI job already (an MPI launcher started it)");
-  if (store_protocol_) throw std::logic_error("this process joined the job's store already (leave it first)");
+  if (coordinator_ && !coordinator_->leaves_with_the_job()) {
+    throw std::logic_error("this process joined its MPI job already (an MPI launcher started it)");
+  }
+  if (coordinator_) throw std::logic_error("this process joined the job's store already (leave it first)");
   if (shut_down_) throw std::logic_error("the session has ended");
   identity_.rank = rank;
   identity_.world_size = world_size;
   identity_.local_rank = local_rank;
   set_log_rank(rank);
   recorder_.context().set_environment(capture_environment(identity_, config_));
-  store_protocol_ =
-      std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, files_mutex_, recorder_, *executor_,
-                                      std::move(store));
-  store_view_.store(store_protocol_.get(), std::memory_order_release);
+  coordinator_ = std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, files_mutex_, recorder_, *executor_,
+                                                 std::move(store));
+  view_.store(coordinator_.get(), std::memory_order_release);
 }
 
 bool Session::leave_store(const std::string& why) noexcept {
   try {
-    StoreProtocol* leaving = nullptr;
+    DumpCoordinator* leaving = nullptr;
     {
       std::lock_guard lock(batch_mutex_);
-      if (!store_protocol_) return false;
+      if (!coordinator_ || !coordinator_->leaves_with_the_job()) return false;
       const std::string because = "after this rank left the job's store (" + why + ")";
-      left_stores_.reserve(left_stores_.size() + 1);  // the push_back below cannot throw
-      // dump() reads the view without the lock: what it finds stays alive (kept in left_stores_, whatever leave()
-      // does), and answers as a protocol that left (its dump, if any, is this rank's alone).
-      store_view_.store(nullptr, std::memory_order_release);
-      leaving = store_protocol_.get();
-      left_stores_.push_back(std::move(store_protocol_));
+      left_.reserve(left_.size() + 1);  // the push_back below cannot throw
+      // dump() reads the view without the lock: what it finds stays alive (kept in left_, whatever leave() does),
+      // and answers as a coordinator that left (its dump, if any, is this rank's alone).
+      view_.store(nullptr, std::memory_order_release);
+      leaving = coordinator_.get();
+      left_.push_back(std::move(coordinator_));
       alone_because_ = because;
     }
     leaving->leave(why);
@@ -204,73 +198,45 @@ void Session::mark_batch(std::int64_t batch) {
   recorder_.mark_batch(batch);
   if (!config_.enabled || shut_down_) return;
   if (const auto w = schedule_.closed_by(previous, batch)) {
-    if (!await_store_agreement(lock)) return;
+    if (!await_agreement(lock)) return;
     take_snapshot(*w);
   }
 }
 
-bool Session::await_store_agreement(std::unique_lock<std::mutex>& batch_lock) {
-  // A window that closes before the ranks' start-up agreement through the job's store waits for it (within its
-  // bound), as a dump asked for then does: written alone, it would be a file of this rank under its provisional run
-  // name, each rank in a run folder of its own (issue 40). The agreement takes the batch lock to adopt the run name.
-  StoreProtocol* store = store_view_.load(std::memory_order_acquire);
-  if (store == nullptr || !store->agreeing()) return true;
+bool Session::await_agreement(std::unique_lock<std::mutex>& batch_lock) {
+  // A window that closes before the ranks' start-up agreement waits for it (within its bound), as a dump asked for
+  // then does: written alone, it would be a file of this rank under its provisional run name, each rank in a run
+  // folder of its own (issue 40). The agreement takes the batch lock to adopt the run name. (Over MPI the ranks
+  // agree before the session exists: never agreeing.)
+  DumpCoordinator* c = coordinator_.get();
+  if (c == nullptr || !c->agreeing()) return true;
   batch_lock.unlock();
-  store->await_agreement();
+  c->await_agreement();
   batch_lock.lock();
   return !shut_down_;
 }
 
 void Session::take_snapshot(const SnapshotWindow& window) {
   try {
-    if (protocol_) {
-      protocol_->queue_snapshot(window, [&](std::vector<Event> storage) {
-        return recorder_.freeze(-1, std::move(storage));
-      });
-      return;
-    }
-    FrozenHistory h = recorder_.freeze(-1);
-    // One process: no watcher, no other rank to wait for; written here.
-    std::vector<Event> events = snapshot_events(h.ring.events, window.first, window.last);
-    const std::vector<Collective> window_collectives =
-        snapshot_collectives(h.collectives.records, window.first, window.last);
-    ArchiveHeader header = executor_->header(
-        DumpKind::snapshot, window.first, fmt::format("snapshot of batches {} to {}", window.first, window.last), {},
-        {identity_.rank});
-    header.window_first_batch = window.first;
-    header.window_last_batch = window.last;
-    DumpRequest request;
-    request.kind = DumpKind::snapshot;
-    const RankDump dump{.row = executor_->rank_row(h, false, request), .events = events, .stacks = &h.stacks,
-                        .batches = h.batches.rows, .context = h.context, .state_segments = {}, .state_blocks = {},
-                        .collectives = window_collectives, .communicators = h.communicators};
-    StoreProtocol* store = store_view_.load(std::memory_order_acquire);
-    const bool joined = store != nullptr && store->agreed();  // asked before the files' lock: never with it
-    // A failing thread's dump_alone, or a joined rank's watcher, may be in HDF5 meanwhile.
-    std::unique_lock<std::mutex> files(files_mutex_);
-    if (joined) {
-      // Joined through the job's store: this rank's window in its rank-local file, here (as one process writes its
-      // snapshot here); the rank whose file completes the window merges them on its watcher, so that no training
-      // thread waits for another rank.
-      const std::string mine =
-          executor_->write_rank_local(header, dump, DumpKind::snapshot, window.first, Durability::verified);
-      files.unlock();
-      store->snapshot_written(window.first, window.last, mine);
-      return;
-    }
+    const auto freeze = [&](std::vector<Event> storage) { return recorder_.freeze(-1, std::move(storage)); };
+    if (coordinator_ && coordinator_->take_snapshot(window, freeze)) return;
+    // One process, or a rank whose snapshots are not coordinated: written here, by this rank alone.
+    const FrozenHistory h = recorder_.freeze(-1);
+    WindowDump part = window_dump(*executor_, h, window, identity_.rank);
+    std::unique_lock<std::mutex> files(files_mutex_);  // a failing thread's dump_alone may be in HDF5 meanwhile
     if (identity_.world_size > 1) {
       // One of several ranks, not coordinated with the others (its launcher numbered it, the job's store is not
       // reached or was left): its own rank-local file, named and marked as such, never an archive claiming the job.
-      const std::string alone = store != nullptr ? store->why_alone() : alone_because_;
-      header.reason += fmt::format(" (written by this rank alone, {})", alone);
-      const std::string mine =
-          executor_->write_rank_local(header, dump, DumpKind::snapshot, window.first, Durability::verified);
+      const std::string alone = coordinator_ ? coordinator_->why_alone() : alone_because_;
+      part.header.reason += fmt::format(" (written by this rank alone, {})", alone);
+      const std::string mine = executor_->write_rank_local(part.header, part.view(h), DumpKind::snapshot,
+                                                           window.first, Durability::verified);
       log().info("snapshot of batches {} to {}: rank-local file {} written by this rank alone, {}", window.first,
                  window.last, mine, alone);
       return;
     }
-    const std::string path = write_archive(executor_->archive_path(DumpKind::snapshot, window.first), header, dump,
-                                           Durability::verified,
+    const std::string path = write_archive(executor_->archive_path(DumpKind::snapshot, window.first), part.header,
+                                           part.view(h), Durability::verified,
                                            config_.overwrite ? Naming::replace : Naming::keep_others);
     log().info("snapshot of batches {} to {}: archive {} written", window.first, window.last, path);
     prune_archives(path, identity_.run_name, identity_.job_id, config_);
@@ -291,11 +257,10 @@ DumpResult Session::dump(const DumpRequest& given) {
     return r;
   }
   if (request.kind == DumpKind::oom) oom_dumped_ = true;
-  if (protocol_) return protocol_->request(request);
   std::string alone;  // why a rank of several dumps alone, for its file's reason and its log line
-  if (StoreProtocol* store = store_view_.load(std::memory_order_acquire)) {
-    if (auto r = store->request(request)) return std::move(*r);
-    alone = store->why_alone();
+  if (DumpCoordinator* c = view_.load(std::memory_order_acquire)) {
+    if (auto r = c->request(request)) return std::move(*r);
+    alone = c->why_alone();
   }
   if (identity_.world_size > 1 && alone.empty()) {
     std::lock_guard lock(batch_mutex_);

@@ -12,7 +12,7 @@
 #include "oomflight/format/collective_writer.hpp"
 #include "protocol_timing.hpp"
 #include "retention.hpp"
-#include "snapshot_events.hpp"
+#include "snapshot_dump.hpp"
 
 namespace oomflight {
 
@@ -169,19 +169,11 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
       log().error("snapshot of batches {} to {}: {}", w.first, w.last, e.what());
     }
   }
-  std::vector<std::int32_t> present(static_cast<std::size_t>(id_.world_size));
-  for (int r = 0; r < id_.world_size; ++r) present[static_cast<std::size_t>(r)] = r;
-  ArchiveHeader header =
-      executor_.header(DumpKind::snapshot, w.first, fmt::format("snapshot of batches {} to {}", w.first, w.last), {},
-                       present);
-  header.window_first_batch = w.first;
-  header.window_last_batch = w.last;
+  WindowDump part = window_dump(executor_, h, w, id_.rank);
+  ArchiveHeader& header = part.header;
+  header.ranks_present.resize(static_cast<std::size_t>(id_.world_size));
+  for (int r = 0; r < id_.world_size; ++r) header.ranks_present[static_cast<std::size_t>(r)] = r;
   header.snapshot_windows_skipped = static_cast<std::int64_t>(skipped_before);
-  DumpRequest request;
-  request.kind = DumpKind::snapshot;
-  const RankRow row = executor_.rank_row(h, false, request);
-  std::vector<Event> events = snapshot_events(h.ring.events, w.first, w.last);
-  const std::vector<Collective> window_collectives = snapshot_collectives(h.collectives.records, w.first, w.last);
   const std::int64_t deadline = start + to_ns(config_.dump_timeout);
   // Each step is tested, then the deadline and any waiting dump are: a step that completed is never given up.
   const CollectiveWait wait = [&](MPI_Request& step) {
@@ -201,12 +193,7 @@ bool SnapshotWriter::write(Waiting& s, std::uint64_t skipped_before, const std::
   };
   std::string written;
   try {
-    written = write_archive_collective(name, header,
-                                       RankDump{.row = row, .events = events, .stacks = &h.stacks,
-                                                .batches = h.batches.rows, .context = h.context,
-                                                .state_segments = {}, .state_blocks = {},
-                                                .collectives = window_collectives, .communicators = h.communicators},
-                                       comm_, CollectiveArchive{.root = 0, .wait = wait, .step_done = {}, .stripes = config_.archive_stripes, .row_totals = {},
+    written = write_archive_collective(name, header, part.view(h), comm_, CollectiveArchive{.root = 0, .wait = wait, .step_done = {}, .stripes = config_.archive_stripes, .row_totals = {},
                                                          .naming = config_.overwrite ? Naming::replace : Naming::keep_others});
   } catch (const CollectiveTimeout& e) {
     // A step left pending on the snapshots' communicator: no later window can be agreed on. The watcher stays

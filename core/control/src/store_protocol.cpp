@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "dump_outcome.hpp"
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
 #include "dump_words.hpp"
@@ -22,6 +23,7 @@
 #include "protocol_timing.hpp"
 #include "retention.hpp"
 #include "agreed_settings.hpp"
+#include "snapshot_dump.hpp"
 #include "store_pacing.hpp"
 
 namespace oomflight {
@@ -325,20 +327,12 @@ void StoreProtocol::end_on_sigterm() {
   // One dump per ending, as over MPI: the launcher's SIGTERM after an exit dump this rank took part in, or while it
   // leaves at its normal end, ends the process with no second dump (issue 40: a second exit dump per rank waited
   // the whole deadline for a rank that had already ended).
-  const char* why = "after the dump under way";
-  bool dump = false;
+  SigtermPlan plan;
   {
     std::lock_guard lock(mutex_);
-    if (exit_dumped_) {
-      why = "after the exit dump";
-    } else if (left_) {
-      why = "while leaving at the end of the job";
-    } else if (config_.dump_on_exit && state_ == State::agreed) {
-      dump = true;
-      why = "the dump asked for by SIGTERM is done";
-    }
+    plan = plan_sigterm(exit_dumped_, left_, config_.dump_on_exit, state_ == State::agreed);
   }
-  if (dump) {
+  if (plan.exit_dump) {
     DumpRequest request;
     request.kind = DumpKind::exit;
     request.reason = "SIGTERM received: the job is being torn down";
@@ -359,7 +353,7 @@ void StoreProtocol::end_on_sigterm() {
     ending = said_ending_;
   }
   if (agreed) tell_left(reached, !ending);
-  end_by_sigterm_saying(why);
+  end_by_sigterm_saying(plan.why);
 }
 
 void StoreProtocol::dump_on_sigusr1() {
@@ -399,6 +393,33 @@ std::string StoreProtocol::why_alone() {
   if (stop_) return "after this rank left the job's store";
   if (state_ == State::agreeing) return "before the job's ranks agreed at start to coordinate their dumps";
   return "the job's ranks did not agree at start to coordinate their dumps";
+}
+
+bool StoreProtocol::take_snapshot(const SnapshotWindow& window,
+                                  const std::function<FrozenHistory(std::vector<Event>)>& freeze) {
+  if (!agreed()) return false;  // asked before the files' lock: never with it
+  // This rank's window in its rank-local file, here (on the batch thread, as one process writes its snapshot); the
+  // rank whose file completes the window merges them on its watcher, so that no training thread waits for another.
+  const FrozenHistory h = freeze({});
+  const WindowDump part = window_dump(executor_, h, window, id_.rank);
+  std::string mine;
+  {
+    const auto files = lock_files();
+    mine = executor_.write_rank_local(part.header, part.view(h), DumpKind::snapshot, window.first,
+                                      Durability::verified);
+  }
+  snapshot_written(window.first, window.last, mine);
+  return true;
+}
+
+bool StoreProtocol::end(bool normal, bool /*error*/) {
+  shutdown(normal);
+  return true;
+}
+
+void StoreProtocol::stop_watching_peers() {
+  std::lock_guard lock(peers_mutex_);
+  node_peers_.reset();
 }
 
 void StoreProtocol::snapshot_written(std::int64_t first_batch, std::int64_t last_batch, const std::string& path) {
@@ -921,10 +942,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
                              format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
     }
     r.seconds = seconds_since(start_ns);
-    if (speaks) {
-      log().info("{}; archive {} written by {} of {} ranks in {}{}{}", what, r.path, r.ranks_written, size,
-                 format_seconds(r.seconds), r.error.empty() ? "" : ": ", r.error);
-    }
+    if (speaks) say_archive_written(what, r);
     if (speaks && !cause.replaces.empty()) {
       log().info("{} replaces the archive of dump {}: it names every rank that failed during that dump", r.path,
                  n - 1);
@@ -944,19 +962,10 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   }
   r.seconds = seconds_since(start_ns);
   if (mine.empty()) {
-    r.status = DumpResult::Status::failed;
-    log().error("{}; no file written: {}", what, r.error);
+    settle_no_file(r, what, r.error);
     return r;
   }
-  try {
-    sync_file(mine);  // the safety copy is the result now: as durable as an archive
-  } catch (const std::exception& e) {
-    log().error("{}", e.what());
-  }
-  r.status = DumpResult::Status::rank_local;
-  r.path = mine;
-  r.ranks_written = 1;
-  log().warn("{}; {}; this rank's history is in the rank-local file {}", what, r.error, r.path);
+  settle_rank_local(r, what, mine, false, r.error, id_);  // the safety copy is the result now
   say_done(n, is_origin, r, request, monotonic_ns() + to_ns(config_.dump_timeout));
   return r;
 }

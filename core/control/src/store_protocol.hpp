@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
 #include "dump_signal.hpp"
 #include "oomflight/control/config.hpp"
@@ -53,7 +54,7 @@
 
 namespace oomflight {
 
-class StoreProtocol {
+class StoreProtocol final : public DumpCoordinator {
  public:
   /// `identity` already holds this rank's rank, world size and local rank; its run name and job id are replaced by
   /// rank 0's once the ranks agree (on the watcher thread, under `identity_mutex`, which whoever reads them outside
@@ -72,7 +73,7 @@ class StoreProtocol {
   /// while a dump is under way waits for it and returns its result, unless its own oom event came after this
   /// rank's freeze for it (then a dump of its own follows). nullopt when the ranks never agreed at start (the
   /// caller dumps this rank alone). Thread-safe; never throws.
-  std::optional<DumpResult> request(const DumpRequest& request);
+  std::optional<DumpResult> request(const DumpRequest& request) override;
 
   /// The lock every HDF5 use of a joined process takes (Debian's HDF5 is not built thread-safe, and the store path
   /// writes from the watcher, a failing thread and the batch thread): around each file's write, read or merge, never
@@ -83,18 +84,18 @@ class StoreProtocol {
   bool agreed();
 
   /// Whether the ranks' start-up agreement is still to come (neither agreed nor off). Thread-safe.
-  bool agreeing();
+  bool agreeing() override;
 
   /// Waits for the start-up agreement, within its bound (2 x OOMFLIGHT_DUMP_TIMEOUT from the join, as a dump
   /// asked for before it waits), and returns agreed(): a snapshot window that closes before the agreement is written
   /// under the job's one run name, with every rank's (issue 40). Never call it holding `identity_mutex` (the
   /// agreement takes it). Thread-safe; never throws.
-  bool await_agreement();
+  bool await_agreement() override;
 
   /// Why a dump of this rank is its own and not every rank's (request() gave nullopt, or agreed() is false), in the
   /// words its file's reason and its log line use: the ranks did not agree, have not agreed yet, or this rank left.
   /// Thread-safe.
-  std::string why_alone();
+  std::string why_alone() override;
 
   /// A snapshot window's history of this rank is in its rank-local file `path`: says so in the store
   /// (`sW/file/R`, `sW/files`, W the window's first batch); the rank whose file completes the window merges every
@@ -102,6 +103,24 @@ class StoreProtocol {
   /// window that some rank never writes stays in rank-local files. Never waits for another rank; never throws (a
   /// failure of the store is logged, and the file stays).
   void snapshot_written(std::int64_t first_batch, std::int64_t last_batch, const std::string& path);
+
+  /// Once the ranks agreed: freezes this rank's history, writes the window's part to its rank-local file (under the
+  /// files' lock) and says so (snapshot_written); false before or without the agreement (the session writes it
+  /// alone). Throws what the write throws.
+  bool take_snapshot(const SnapshotWindow& window,
+                     const std::function<FrozenHistory(std::vector<Event>)>& freeze) override;
+
+  /// shutdown(normal); true.
+  bool end(bool normal, bool error) override;
+
+  /// The job's store is the job's: it lets go of it at destroy_process_group (leave()).
+  bool leaves_with_the_job() const override { return true; }
+
+  /// Nothing here waits on a finalise: false.
+  bool peer_never_finalises() override { return false; }
+
+  /// Closes the watch of this node's peer processes (their pidfds).
+  void stop_watching_peers() override;
 
   /// Ends this rank's part. A `normal` end first keeps answering dumps until every rank has ended or left on an
   /// error (the leave agreement; at most OOMFLIGHT_DUMP_TIMEOUT); any other end waits for nobody. Then the dump under
@@ -115,15 +134,15 @@ class StoreProtocol {
   /// rank ends at its next store call (its rank-local file stands), the watcher is given at most a poll interval to
   /// stop (else it is left behind), and the store is released once no call is in flight. `why` names the cause in
   /// any later error. Idempotent; never throws.
-  void leave(const std::string& why);
+  void leave(const std::string& why) override;
 
   /// After leave(): waits at most `bound` for a watcher that was left inside a call to the store to end (the store
   /// is released as that call returns). Thread-safe; never throws.
-  void finish_leaving(std::chrono::milliseconds bound);
+  void finish_leaving(std::chrono::milliseconds bound) override;
 
   /// Whether the watcher thread has ended and was joined: only then may the protocol be destroyed (one whose watcher
   /// was left behind must outlive it). Thread-safe.
-  bool watcher_joined();
+  bool watcher_joined() override;
 
  private:
   enum class State { agreeing, agreed, off };

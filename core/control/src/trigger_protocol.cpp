@@ -16,6 +16,8 @@
 //   Watchers sleep on a doorbell (watcher_doorbell.hpp) between polls; anything that needs them rings it.
 #include "trigger_protocol.hpp"
 
+#include "dump_outcome.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -212,7 +214,26 @@ bool TriggerProtocol::peer_never_finalises() {
   return leave_->peer_process_ended() || leave_->any_left_on_error();
 }
 
-DumpResult TriggerProtocol::request(const DumpRequest& request) {
+bool TriggerProtocol::take_snapshot(const SnapshotWindow& window,
+                                    const std::function<FrozenHistory(std::vector<Event>)>& freeze) {
+  queue_snapshot(window, freeze);
+  return true;
+}
+
+bool TriggerProtocol::end(bool normal, bool error) {
+  if (normal && !drain_snapshots(config_.dump_timeout)) {
+    log().warn("a snapshot was not written within OOMFLIGHT_DUMP_TIMEOUT at shutdown (a rank did not reach the "
+               "end of its window, or left); it is dropped");
+  }
+  return shutdown(normal, error ? LeaveAgreement::Leaving::on_error : LeaveAgreement::Leaving::normally);
+}
+
+bool TriggerProtocol::watcher_joined() {
+  std::lock_guard lock(mutex_);
+  return watcher_exited_ && !abandoned_;
+}
+
+std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   // The watcher is freezing this rank for a dump it did not ask for: whether that dump counts this rank as an
   // origin (its oom event is in the ring) is known after the freeze, a millisecond or two. Without waiting, a
@@ -322,7 +343,7 @@ void TriggerProtocol::watch_until_stopped() {
     const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     bool local = false;
     bool last_dump = false;
-    bool end_now = false;
+    const char* end_now = nullptr;  // why the process ends now (plan_sigterm)
     {
       std::lock_guard lock(mutex_);
       if (stop_) {
@@ -333,11 +354,13 @@ void TriggerProtocol::watch_until_stopped() {
       } else {
         if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
         if (exit_installed_ && take_exit_signal()) {
-          if (exit_dumped_ || leaving_) {
-            // One dump per ending: the launcher's teardown SIGTERM after an exit dump this rank took part in (or
-            // while it is leaving at its normal end) ends the process as SIGTERM would, with no second dump (a
-            // stray rank-local exit file beside the archive, issue 29).
-            end_now = true;
+          // One dump per ending: the launcher's teardown SIGTERM after an exit dump this rank took part in (or
+          // while it is leaving at its normal end) ends the process as SIGTERM would, with no second dump (a
+          // stray rank-local exit file beside the archive, issue 29). The handler is installed only with
+          // OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this protocol was made.
+          const SigtermPlan plan = plan_sigterm(exit_dumped_, leaving_, true, true);
+          if (!plan.exit_dump) {
+            end_now = plan.why;
           } else {
             exiting_ = true;
             queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
@@ -346,7 +369,7 @@ void TriggerProtocol::watch_until_stopped() {
       }
       local = pending_.has_value() && pending_epoch_ <= epoch_;
     }
-    if (end_now) end_by_sigterm(exit_dumped_ ? "after the exit dump" : "while leaving at the end of the job");
+    if (end_now != nullptr) end_by_sigterm(end_now);
     bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
     if (!remote && !local && rings.other) remote = await_rung_trigger();
     if (remote) {
@@ -362,7 +385,7 @@ void TriggerProtocol::watch_until_stopped() {
       std::lock_guard lock(mutex_);
       end = exiting_ && !pending_ && !active_;
     }
-    if (end) end_by_sigterm("the dump asked for by SIGTERM is done");
+    if (end) end_by_sigterm(plan_sigterm(false, false, true, true).why);
   }
 }
 
@@ -763,9 +786,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   r.batch = batch;
   r.seconds = seconds_since(start_ns);
   if (id_.rank == lowest.rank) {
-    log().info("{}; archive {} written by {} of {} ranks in {}",
-               dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes), r.path, size,
-               size, format_seconds(r.seconds));
+    say_archive_written(dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes), r);
     prune_archives(r.path, id_.run_name, id_.job_id, config_);  // one rank prunes: the one that names the archive
   }
   return r;
@@ -786,29 +807,17 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
   r.world_size = id_.world_size;
   r.batch = batch;
   r.error = why;
+  const std::string summary = dump_summary(v.kind, header.origin_ranks, batch, request.requested_bytes,
+                                           request.device_free_bytes, request.numbers_from_message);
   try {
     if (safety_path_.empty()) {
-      r.path = executor_.write_rank_local(header, row, h, batch, Durability::verified, &request.state);
+      const std::string path = executor_.write_rank_local(header, row, h, batch, Durability::verified, &request.state);
+      settle_rank_local(r, summary, path, true, why, id_);
     } else {
-      sync_file(safety_path_);  // the safety copy is the result now: make it as durable as an archive
-      r.path = safety_path_;
-    }
-    r.status = DumpResult::Status::rank_local;
-    r.ranks_written = 1;
-    log().warn("{}; this rank's history is in the rank-local file {}", why, r.path);
-    if (!header.origin_ranks.empty() && header.origin_ranks.front() == id_.rank && id_.world_size > 1) {
-      // One line, from one rank, on how to get the archive back. The default rank-local template names files
-      // by rank, so this rank's path with its rank as a wildcard is the glob (where TMPDIR is node-local, the
-      // files of other nodes are in their own TMPDIR).
-      std::string glob = r.path;
-      const std::string mine = fmt::format("rank{}", id_.rank);
-      if (const auto at = glob.rfind(mine); at != std::string::npos) glob.replace(at, mine.size(), "rank*");
-      log().warn("to join every rank's file into one archive: oomflight merge {} -o ARCHIVE.h5", glob);
+      settle_rank_local(r, summary, safety_path_, false, why, id_);  // the safety copy is the result now
     }
   } catch (const std::exception& e) {
-    r.status = DumpResult::Status::failed;
-    r.error = fmt::format("{}; and the rank-local file failed: {}", why, e.what());
-    log().error("{}", r.error);
+    settle_no_file(r, summary, fmt::format("{}; and the rank-local file failed: {}", why, e.what()));
   }
   exchange_done(is_origin, header.origin_ranks, monotonic_ns() + to_ns(config_.dump_timeout));
   r.seconds = seconds_since(start_ns);

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
@@ -30,7 +31,7 @@
 
 namespace oomflight {
 
-class TriggerProtocol {
+class TriggerProtocol final : public DumpCoordinator {
  public:
   /// Collective over `comm` (already duplicated for us; we own it). Posts the trigger receive and starts the
   /// watcher thread. References must outlive the protocol.
@@ -41,7 +42,28 @@ class TriggerProtocol {
   /// Freezes this rank's history at once, asks every rank to dump, and returns when the archive is closed, the
   /// rank-local fallback is written, or 3 x dump_timeout has passed. Thread-safe; concurrent requests of one
   /// process join the same dump when they can.
-  DumpResult request(const DumpRequest& request);
+  std::optional<DumpResult> request(const DumpRequest& request) override;
+
+  /// Never alone: every request is coordinated (a rank that cannot be makes no TriggerProtocol).
+  std::string why_alone() override { return {}; }
+
+  /// queue_snapshot(); always true.
+  bool take_snapshot(const SnapshotWindow& window,
+                     const std::function<FrozenHistory(std::vector<Event>)>& freeze) override;
+
+  /// The ranks agreed before the protocol was made (settings_agreement.hpp): never agreeing.
+  bool agreeing() override { return false; }
+  bool await_agreement() override { return true; }
+
+  /// A normal end drains the queued snapshots (OOMFLIGHT_DUMP_TIMEOUT), then shutdown(true, normally); any other
+  /// shutdown(false, on_error when `error`, else normally).
+  bool end(bool normal, bool error) override;
+
+  /// MPI's communicator is the session's to the end: the job never lets go of it.
+  bool leaves_with_the_job() const override { return false; }
+  void leave(const std::string&) override {}
+  void finish_leaving(std::chrono::milliseconds) override {}
+  bool watcher_joined() override;
 
   /// Hands a closed snapshot window to the watcher and returns at once (the training thread never waits for
   /// another rank). `freeze` is called here with the last written snapshot's event storage (warm pages: the freeze
@@ -67,12 +89,12 @@ class TriggerProtocol {
 
   /// After shutdown(): closes the watch of the node's peer processes (their pidfds), for a process that starts a
   /// new session. No MPI call.
-  void stop_watching_peers();
+  void stop_watching_peers() override;
 
   /// After shutdown() (the watcher stopped): whether a rank is known to end without MPI_Finalize: it said it leaves
   /// on an error, or its process on this node ended without a word, before or now (the node's processes are looked
   /// at again). No MPI call. One caller at a time.
-  bool peer_never_finalises();
+  bool peer_never_finalises() override;
 
  private:
   struct Pending {

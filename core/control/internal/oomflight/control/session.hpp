@@ -17,10 +17,9 @@
 
 namespace oomflight {
 
+class DumpCoordinator;
 class DumpExecutor;
 class StoreClient;
-class StoreProtocol;
-class TriggerProtocol;
 
 /// One per process.
 class Session {
@@ -89,7 +88,7 @@ class Session {
   void join_store(std::unique_ptr<StoreClient> store, int rank, int world_size, int local_rank);
 
   /// The job lets go of the store it joined through (torch's destroy_process_group): this rank leaves it at once,
-  /// as StoreProtocol::leave says, and releases it; until a later join_store, its dumps are its own (rank-local
+  /// as DumpCoordinator::leave says, and releases it; until a later join_store, its dumps are its own (rank-local
   /// files that say so). Never waits for another rank. Returns false when this process had not joined a store.
   /// Thread-safe; never throws.
   bool leave_store(const std::string& why) noexcept;
@@ -111,22 +110,25 @@ class Session {
   // This rank's history alone; `alone`: why, when its launcher numbered it one of several ("" for a job of one).
   DumpResult dump_alone(const DumpRequest& request, const std::string& alone);
   void take_snapshot(const SnapshotWindow& window);
-  // Joined through the job's store and its ranks not agreed yet: lets go of the batch lock while it waits for the
-  // agreement (bounded). Returns false when the session was shut down meanwhile.
-  bool await_store_agreement(std::unique_lock<std::mutex>& batch_lock);
+  // The ranks' start-up agreement still to come: lets go of the batch lock while it waits for it (bounded).
+  // Returns false when the session was shut down meanwhile.
+  bool await_agreement(std::unique_lock<std::mutex>& batch_lock);
 
   Config config_;
   RankIdentity identity_;
   Recorder recorder_;
   std::unique_ptr<DumpExecutor> executor_;
-  std::unique_ptr<TriggerProtocol> protocol_;
-  std::unique_ptr<StoreProtocol> store_protocol_;  // set by join_store, under batch_mutex_; null once left
-  // Stores this rank left (leave_store): kept until their watcher is joined (one left behind still reads them).
-  std::vector<std::unique_ptr<StoreProtocol>> left_stores_;
+  // What coordinates this rank's dumps with the others' (dump_coordinator.hpp): the MPI transport from the start,
+  // or the job's store from join_store (under batch_mutex_); null when this rank dumps alone. The session never
+  // asks which.
+  std::unique_ptr<DumpCoordinator> coordinator_;
+  // Coordinators the job let go of (leave_store): kept until their watcher is joined (one left behind still reads
+  // them).
+  std::vector<std::unique_ptr<DumpCoordinator>> left_;
   // Why this rank dumps alone while its launcher numbered it one of several (the job's store not reached yet, or
-  // left): the reason of such a file, and its log line, say it.
+  // left; MPI without MPI_THREAD_MULTIPLE): the reason of such a file, and its log line, say it.
   std::string alone_because_ = "before this rank reached the job's store";
-  std::atomic<StoreProtocol*> store_view_{nullptr};  // what dump() reads without the lock
+  std::atomic<DumpCoordinator*> view_{nullptr};  // coordinator_, as dump() reads it without the lock
   SnapshotSchedule schedule_;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
   // Every HDF5 use of this process outside the MPI path takes it (Debian's HDF5 is not built thread-safe): a dump
