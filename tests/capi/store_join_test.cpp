@@ -382,6 +382,46 @@ TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
       << log(1);
 }
 
+// The same, with the failing thread's request coming while the dump is under way (on a GPU the allocator's hook
+// records the oom event, then the error reaches Python's excepthook): the archive says the job's own words for
+// rank 1, as over MPI (its watcher waits up to 200 ms for the request and writes its file again), not the event's.
+TEST_F(StoreJoin, AnOriginThroughItsOomEventTakesItsFailingThreadsWords) {
+  const fs::path oom1 = dir_.path() / "oom1";
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(2, [&](int rank) {
+    if (rank == 1) {
+      oomflight_mark_batch(3);
+      oomflight_record(OOMFLIGHT_OOM, 0, 1000, 4096, 0, -1);  // its allocator's hook: 4 KiB asked, 1000 B free
+      std::ofstream(oom1) << "x";
+      wait_for(store_dir() / "d0%cause");  // rank 0's dump has begun: this rank's watcher is on its way
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+      request.kind = OOMFLIGHT_DUMP_OOM;
+      request.reason = "torch.OutOfMemoryError: CUDA out of memory on rank 1";
+      oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+      const int rc = oomflight_request_dump(&request, &result);
+      std::ofstream(dir_.path() / "rank1-result") << rc << "\n" << oomflight_last_dump_path();
+    } else {
+      wait_for(oom1);
+      oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
+      std::ofstream(done) << "x";
+    }
+    wait_for(dir_.path() / "rank1-result");
+  });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1})) << log(1);
+  EXPECT_NE(a.header.reason.find("rank 1: torch.OutOfMemoryError: CUDA out of memory on rank 1"), std::string::npos)
+      << a.header.reason << log(1);
+  EXPECT_EQ(a.header.reason.find("rank 1: out of memory at batch 3"), std::string::npos) << a.header.reason;
+  int rc = -1;
+  std::string path;
+  std::ifstream in(dir_.path() / "rank1-result");
+  in >> rc >> path;
+  EXPECT_EQ(rc, OOMFLIGHT_OK);
+  EXPECT_EQ(path, a.path) << log(1);
+}
+
 // A rank whose own out-of-memory error comes after its history was frozen for another rank's dump, while that dump
 // is under way: it says so as it ends that dump (dN/late), the dump's origin stays, and the dump of its own that
 // follows names both and replaces the first archive: one archive, as over MPI (the joint dump; issue 40's table).

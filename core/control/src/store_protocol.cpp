@@ -578,6 +578,7 @@ void StoreProtocol::watch() {
             is_origin = h.oom_events > oom_events_covered_;
             if (is_origin) oom_events_covered_ = h.oom_events;
             unclaimed_oom_events_ = is_origin ? h.oom_events : 0;  // a request waiting on this dump clears it after
+            awaiting_request_ = is_origin;  // run_dump waits a little for its words (late_request_)
           }
         }
         if (is_origin && !rejoin) {
@@ -630,6 +631,10 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     // event came before its freeze): its words go to the log, where the job's own error follows.
     if (!waited && !request.reason.empty()) {
       log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
+    }
+    if (!waited && request.kind == DumpKind::oom && !late_request_) {
+      late_request_ = request;  // the watcher's dump takes its words when its oom event made this rank an origin
+      cv_.notify_all();
     }
     waited = true;
     if (request.kind == DumpKind::oom) ++oom_requests_waiting_;  // say_done asks whether one waits
@@ -802,7 +807,7 @@ std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t bat
   }
 }
 
-DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
+DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, DumpRequest request,
                                    const Cause& cause, std::int64_t start_ns) {
   const int me = id_.rank;
   const int size = id_.world_size;
@@ -834,6 +839,32 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
     r.error = e.what();
   }
   timeline.mark("rank file");
+  std::optional<DumpRequest> late;
+  {
+    std::unique_lock lock(mutex_);
+    if (awaiting_request_) {
+      // An origin through its oom event: another rank's cause reached this watcher before the failing thread asked.
+      // Its request carries the job's own error text: waited for a little (this rank's file is on disk already; the
+      // others wait for it meanwhile, so not for long), and the file written again with it.
+      const auto bound = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200), config_.dump_timeout / 4);
+      cv_.wait_for(lock, bound, [&] { return stop_ || late_request_.has_value(); });
+      awaiting_request_ = false;
+      late.swap(late_request_);
+    }
+  }
+  if (late && !mine.empty()) {
+    request = std::move(*late);
+    header.reason = fmt::format("rank {}: {}", me, request.reason);
+    try {
+      const auto files = lock_files();
+      const RankRow row = executor_.rank_row(h, true, request);
+      write_archive(mine, header, DumpExecutor::dump_of(row, h, &request.state), Durability::handed_to_kernel,
+                    Naming::replace);
+    } catch (const std::exception& e) {
+      log().warn("this rank's file keeps its oom event's words ({})", e.what());  // the first file stands
+    }
+    timeline.mark("rank file again, with the request");
+  }
 
   // 2. Say so, wait for the others (or the deadline), and let the lowest rank with a file merge them.
   std::optional<std::vector<std::string>> merged;
@@ -1049,6 +1080,8 @@ void StoreProtocol::finish(DumpResult result, bool counted) {
     exit_dumped_ = exit_dumped_ || result.kind == DumpKind::exit;
     last_result_ = std::move(result);
     dumping_ = false;
+    awaiting_request_ = false;
+    late_request_.reset();
     if (counted) ++next_dump_;
     if (joint_expected_ && next_dump_ > joint_after_ + 1) joint_expected_ = false;  // the joint dump is over
   }

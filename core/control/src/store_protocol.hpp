@@ -176,8 +176,8 @@ class StoreProtocol final : public DumpCoordinator {
   bool take_verdict(std::int64_t deadline_ns);  // ranks other than 0: rank 0's verdict, once it is there
   void adopt_verdict(const std::vector<std::string>& verdict);  // {version, "ok", run, job} | {version, "off", why}
   bool wait_agreed(std::unique_lock<std::mutex>& lock);
-  DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, const DumpRequest& request,
-                      const Cause& cause, std::int64_t start_ns);
+  DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, DumpRequest request, const Cause& cause,
+                      std::int64_t start_ns);
   // Ends the dump under way with `result`; `counted`: it was announced in the store (the dump number moves on).
   void finish(DumpResult result, bool counted = true);
   std::string key(std::int64_t n, const std::string& what) const;
@@ -245,6 +245,10 @@ class StoreProtocol final : public DumpCoordinator {
   // said that of, what it stays for: the dump number, its request (the joint dump names it with the same words) and
   // the archive it replaces.
   int oom_requests_waiting_ = 0;
+  // An origin through its oom event (the watcher's dump) waits a little for its failing thread's request, whose
+  // words and figures are the job's own (as the MPI transport's vote does): the request, when it came in time.
+  bool awaiting_request_ = false;
+  std::optional<DumpRequest> late_request_;
   std::int64_t late_in_dump_ = -1;
   bool joint_expected_ = false;
   std::int64_t joint_after_ = -1;
