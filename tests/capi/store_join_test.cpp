@@ -184,6 +184,38 @@ class StoreJoin : public ::testing::Test {
         },
         before_init);
   }
+  // 2 ranks: rank 1's allocator hook records an oom event at batch 3 (4 KiB asked, 1000 B free), then rank 0 runs
+  // out of memory, and rank 1's failing thread asks for its dump with `reason` once `ask_when` returns; its status
+  // and the path of its dump go to rank1-result (rank1_result()). Returns the ranks' exit statuses.
+  std::vector<int> oom_event_on_one_then_oom_on_zero(const std::function<void()>& ask_when, const char* reason) {
+    const fs::path oom1 = dir_.path() / "oom1";
+    const fs::path result_file = dir_.path() / "rank1-result";
+    return run_ranks(2, [&](int rank) {
+      if (rank == 1) {
+        oomflight_mark_batch(3);
+        oomflight_record(OOMFLIGHT_OOM, 0, 1000, 4096, 0, -1);
+        std::ofstream(oom1) << "x";
+        ask_when();
+        oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+        request.kind = OOMFLIGHT_DUMP_OOM;
+        request.reason = reason;
+        oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+        const int rc = oomflight_request_dump(&request, &result);
+        std::ofstream(result_file) << rc << "\n" << oomflight_last_dump_path();
+      } else {
+        wait_for(oom1);
+        oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
+        std::ofstream(dir_.path() / "done") << "x";
+      }
+      wait_for(result_file);
+    });
+  }
+  std::pair<int, std::string> rank1_result() const {
+    int rc = -1;
+    std::string path;
+    std::ifstream(dir_.path() / "rank1-result") >> rc >> path;
+    return {rc, path};
+  }
   fs::path store_dir() const { return dir_.path() / "store"; }
   std::string log_path(int rank) const { return (dir_.path() / ("rank" + std::to_string(rank) + ".log")).string(); }
   std::string log(int rank) const {
@@ -337,26 +369,8 @@ TEST_F(StoreJoin, AnOomOnOneRankGivesOneArchiveOfEveryRank) {
 // another rank's cause arrives is an origin of that dump too (as under MPI), and its failing thread, asking after,
 // gets that archive rather than a second one.
 TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
-  const fs::path oom1 = dir_.path() / "oom1";
-  const fs::path done = dir_.path() / "done";
-  const auto statuses = run_ranks(2, [&](int rank) {
-    if (rank == 1) {
-      oomflight_mark_batch(3);
-      oomflight_record(OOMFLIGHT_OOM, 0, 1000, 4096, 0, -1);  // its allocator's hook: 4 KiB asked, 1000 B free
-      std::ofstream(oom1) << "x";
-      wait_for(done);
-      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
-      request.kind = OOMFLIGHT_DUMP_OOM;
-      request.reason = "torch.OutOfMemoryError on rank 1";
-      oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
-      const int rc = oomflight_request_dump(&request, &result);
-      std::ofstream(dir_.path() / "rank1-result") << rc << "\n" << oomflight_last_dump_path();
-    } else {
-      wait_for(oom1);
-      oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
-      std::ofstream(done) << "x";
-    }
-  });
+  const auto statuses = oom_event_on_one_then_oom_on_zero([&] { wait_for(dir_.path() / "done"); },
+                                                          "torch.OutOfMemoryError on rank 1");
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
   const Archive a = the_only_file(0);
   EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1})) << log(1);
@@ -365,12 +379,7 @@ TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
   EXPECT_NE(a.header.reason.find("rank 1: out of memory at batch 3: tried to allocate 4.00 KiB with 1000 B free"),
             std::string::npos)
       << a.header.reason;
-  int rc = -1;
-  std::string path;
-  std::ifstream in(dir_.path() / "rank1-result");
-  in >> rc >> path;
-  EXPECT_EQ(rc, OOMFLIGHT_OK);
-  EXPECT_EQ(path, a.path) << log(1);  // the same archive: its failure is in it
+  EXPECT_EQ(rank1_result(), std::make_pair(int{OOMFLIGHT_OK}, a.path)) << log(1);  // the same archive: it holds its failure
   // The one summary line (rank 0's: the cause's origin) names every origin the archive names.
   EXPECT_NE(log(0).find("ranks 0, 1 out of memory at batch -1 (requested 1 B, 1 B free); archive " + a.path +
                         " written by 2 of 2 ranks"),
@@ -386,40 +395,19 @@ TEST_F(StoreJoin, ARankWhoseOomCameBeforeTheCauseIsAnOriginOfTheSameArchive) {
 // records the oom event, then the error reaches Python's excepthook): the archive says the job's own words for
 // rank 1, as over MPI (its watcher waits up to 200 ms for the request and writes its file again), not the event's.
 TEST_F(StoreJoin, AnOriginThroughItsOomEventTakesItsFailingThreadsWords) {
-  const fs::path oom1 = dir_.path() / "oom1";
-  const fs::path done = dir_.path() / "done";
-  const auto statuses = run_ranks(2, [&](int rank) {
-    if (rank == 1) {
-      oomflight_mark_batch(3);
-      oomflight_record(OOMFLIGHT_OOM, 0, 1000, 4096, 0, -1);  // its allocator's hook: 4 KiB asked, 1000 B free
-      std::ofstream(oom1) << "x";
-      wait_for(store_dir() / "d0%cause");  // rank 0's dump has begun: this rank's watcher is on its way
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
-      request.kind = OOMFLIGHT_DUMP_OOM;
-      request.reason = "torch.OutOfMemoryError: CUDA out of memory on rank 1";
-      oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
-      const int rc = oomflight_request_dump(&request, &result);
-      std::ofstream(dir_.path() / "rank1-result") << rc << "\n" << oomflight_last_dump_path();
-    } else {
-      wait_for(oom1);
-      oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
-      std::ofstream(done) << "x";
-    }
-    wait_for(dir_.path() / "rank1-result");
-  });
+  const auto statuses = oom_event_on_one_then_oom_on_zero(
+      [&] {
+        wait_for(store_dir() / "d0%cause");  // rank 0's dump has begun: this rank's watcher is on its way
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      },
+      "torch.OutOfMemoryError: CUDA out of memory on rank 1");
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
   const Archive a = the_only_file(1);
   EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1})) << log(1);
   EXPECT_NE(a.header.reason.find("rank 1: torch.OutOfMemoryError: CUDA out of memory on rank 1"), std::string::npos)
       << a.header.reason << log(1);
   EXPECT_EQ(a.header.reason.find("rank 1: out of memory at batch 3"), std::string::npos) << a.header.reason;
-  int rc = -1;
-  std::string path;
-  std::ifstream in(dir_.path() / "rank1-result");
-  in >> rc >> path;
-  EXPECT_EQ(rc, OOMFLIGHT_OK);
-  EXPECT_EQ(path, a.path) << log(1);
+  EXPECT_EQ(rank1_result(), std::make_pair(int{OOMFLIGHT_OK}, a.path)) << log(1);
 }
 
 // A rank whose own out-of-memory error comes after its history was frozen for another rank's dump, while that dump
