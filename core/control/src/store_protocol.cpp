@@ -65,6 +65,19 @@ std::optional<std::int64_t> to_int(const std::string& s) {
 
 void sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 
+// "0,2,3" (ranks as the cause and dN/merged write them; "" is none), or nullopt when an entry is not a rank.
+std::optional<std::vector<std::int32_t>> to_ranks(const std::string& text) {
+  std::vector<std::int32_t> ranks;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const auto r = to_int(text.substr(at, comma - at));
+    if (!r || *r < 0 || *r > INT32_MAX) return std::nullopt;
+    ranks.push_back(static_cast<std::int32_t>(*r));
+    at = comma + 1;
+  }
+  return ranks;
+}
+
 }  // namespace
 
 StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex,
@@ -136,13 +149,9 @@ std::optional<StoreProtocol::Cause> StoreProtocol::decode(const std::string& tex
   c.numbers_from_message = static_cast<std::uint32_t>(*from);
   c.reason = (*f)[6];
   c.replaces = (*f)[7];
-  for (std::size_t at = 0; at < (*f)[8].size();) {
-    const std::size_t comma = std::min((*f)[8].find(',', at), (*f)[8].size());
-    const auto r = to_int((*f)[8].substr(at, comma - at));
-    if (!r || *r < 0 || *r > INT32_MAX) return std::nullopt;
-    c.joint_origins.push_back(static_cast<std::int32_t>(*r));
-    at = comma + 1;
-  }
+  auto joint = to_ranks((*f)[8]);
+  if (!joint) return std::nullopt;
+  c.joint_origins = std::move(*joint);
   return c;
 }
 
@@ -914,15 +923,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
               timeline.text());
 
   // 3. The archive, if this rank is in it; else this rank's own file is the result.
-  const auto rank_list = [](const std::string& text) {
-    std::vector<std::int32_t> list;
-    for (std::size_t at = 0; at < text.size();) {
-      const std::size_t comma = std::min(text.find(',', at), text.size());
-      if (const auto v = to_int(text.substr(at, comma - at))) list.push_back(static_cast<std::int32_t>(*v));
-      at = comma + 1;
-    }
-    return list;
-  };
+  const auto rank_list = [](const std::string& text) { return to_ranks(text).value_or(std::vector<std::int32_t>{}); };
   const bool merged_ok = merged && merged->size() == 4 && (*merged)[0] == "ok";
   if (merged_ok) {
     merged_ranks = rank_list((*merged)[2]);
@@ -1016,6 +1017,7 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
     store_->set(key(n, fmt::format("done/{}", id_.rank)), late ? "late" : "ok");
     store_->add(key(n, "done"), 1);
     if (!is_origin) return;
+    std::vector<char> seen;  // per rank: seen done, or left, with its file (every_file_done)
     for (;;) {
       const std::int64_t files = store_->add(key(n, "files"), 0);
       const std::int64_t done = store_->add(key(n, "done"), 0);
@@ -1025,7 +1027,7 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
                    files);
         break;
       }
-      if (store_->add("left", 0) > 0 && every_file_done(n)) break;  // a rank with a file left (or died) since
+      if (store_->add("left", 0) > 0 && every_file_done(n, seen)) break;  // a rank with a file left (or died)
       notice_vanished();
       sleep_for(pacing_.wait);
     }
@@ -1049,11 +1051,16 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
   joint_request_ = request;
 }
 
-bool StoreProtocol::every_file_done(std::int64_t n) {
+bool StoreProtocol::every_file_done(std::int64_t n, std::vector<char>& seen) {
+  // As every_rank_answered: a rank seen done stays so, and the look stops at the first that is not: a poll is a
+  // few requests, not three a rank.
+  seen.resize(static_cast<std::size_t>(id_.world_size), 0);
   for (int q = 0; q < id_.world_size; ++q) {
-    if (!store_->get(key(n, fmt::format("file/{}", q)))) continue;
-    if (store_->get(key(n, fmt::format("done/{}", q))) || store_->get(fmt::format("left/{}", q))) continue;
-    return false;
+    char& known = seen[static_cast<std::size_t>(q)];
+    if (known) continue;
+    if (!store_->get(key(n, fmt::format("file/{}", q)))) continue;  // no file yet: looked at again next time
+    if (!store_->get(key(n, fmt::format("done/{}", q))) && !store_->get(fmt::format("left/{}", q))) return false;
+    known = 1;
   }
   return true;
 }

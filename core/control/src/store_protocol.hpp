@@ -204,7 +204,8 @@ class StoreProtocol final : public DumpCoordinator {
   // the archive), and stays for the joint dump when a rank said it failed late (as the MPI transport's DONE does).
   void say_done(std::int64_t n, bool is_origin, const DumpResult& r, const DumpRequest& request,
                 std::int64_t deadline_ns);
-  bool every_file_done(std::int64_t n);  // every rank with a file of dump n said done, or left
+  // Every rank with a file of dump n said done, or left (seen: what earlier looks saw).
+  bool every_file_done(std::int64_t n, std::vector<char>& seen);
   // A request that a dump answered, on an origin of it: waits for the joint dump that a rank that failed during
   // it asked for (it names this rank too, and replaces the archive just written), at most OOMFLIGHT_DUMP_TIMEOUT for
   // it to start; returns the last result. `lock` holds mutex_.
