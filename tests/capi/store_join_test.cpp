@@ -365,6 +365,40 @@ TEST_F(StoreJoin, AnOomOnOneRankGivesOneArchiveOfEveryRank) {
   EXPECT_NE(log(1).find("archive " + a.path + " written by 3 of 3 ranks in "), std::string::npos) << log(1);
 }
 
+// Watchers that look at the store every 3 s: the origin rings the doorbells of its node's ranks (the job's store
+// told each rank its peers' at the agreement), so they look at once, as MPI's watchers do with a trigger (issue 40,
+// item 7). Their logs say how each one saw the cause. A look of the pace's own may coincide with the cause (a
+// millisecond in 3 s): at least one of the two is asserted woken by the ring.
+TEST_F(StoreJoin, ACauseWakesTheWatchersOfItsNodeAtOnce) {
+  const fs::path done = dir_.path() / "done";
+  const auto statuses = run_ranks(
+      3,
+      [&](int rank) {
+        if (rank == 1) {
+          oomflight_trigger_oom(0, "CUDA out of memory", 1, 1);
+          std::ofstream(done) << "x";
+        } else {
+          wait_for(done);
+        }
+      },
+      [](int) {
+        setenv("OOMFLIGHT_POLL_INTERVAL", "3s", 1);
+        setenv("OOMFLIGHT_LOG_LEVEL", "debug", 1);
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0}));
+  int rung = 0;
+  for (const int rank : {0, 2}) {
+    const bool at_once = log(rank).find("dump 0's cause from rank 1 seen at once (a rank of this node rang)") !=
+                         std::string::npos;
+    const bool at_a_look = log(rank).find("dump 0's cause from rank 1 seen at a look") != std::string::npos;
+    EXPECT_NE(at_once, at_a_look) << "rank " << rank << " says how it saw the cause, once\n" << log(rank);
+    rung += at_once ? 1 : 0;
+  }
+  EXPECT_GE(rung, 1) << log(0) << log(2);
+  const Archive a = the_only_file(1);
+  EXPECT_EQ(a.header.ranks_present, (std::vector<std::int32_t>{0, 1, 2}));
+}
+
 // Ranks of a data-parallel job run out of memory at the same step: a rank whose oom event is in its history when
 // another rank's cause arrives is an origin of that dump too (as under MPI), and its failing thread, asking after,
 // gets that archive rather than a second one.

@@ -78,10 +78,16 @@ TEST(PeerProcesses, ThisProcessAndNonPositivePidsAreNotWatched) {
   EXPECT_TRUE(peers.newly_ended().empty());
 }
 
-TEST(PeerProcesses, ThePidNamespaceIsReadable) {
-  const PidNamespace mine = own_pid_namespace();
-  EXPECT_NE(mine.ino, 0u);
-  EXPECT_EQ(mine, own_pid_namespace());
+TEST(PeerProcesses, ThePidAndNetworkNamespacesAreReadableAndApart) {
+  const NamespaceId pids = own_namespace("pid");
+  EXPECT_NE(pids.ino, 0u);
+  EXPECT_EQ(pids, own_namespace("pid"));
+  const NamespaceId net = own_namespace("net");
+  EXPECT_NE(net.ino, 0u);
+  EXPECT_NE(net, pids) << "two namespaces, two inodes";
+  EXPECT_EQ(net.text(), std::to_string(net.dev) + ":" + std::to_string(net.ino));
+  EXPECT_EQ(NamespaceId{}.text(), "") << "unknown: never equal to another's";
+  EXPECT_EQ(own_namespace("no-such-kind"), NamespaceId{});
 }
 
 }  // namespace

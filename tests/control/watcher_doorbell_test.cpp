@@ -23,6 +23,27 @@ TEST(WatcherDoorbell, HasAnAbstractAddress) {
             std::string(other.address().name, other.address().length));
 }
 
+TEST(WatcherDoorbell, ItsAddressTravelsAsTextAndIsRungFromIt) {
+  WatcherDoorbell bell;
+  const std::string text = doorbell_text(bell.address());
+  EXPECT_EQ(text.size(), 2u * bell.address().length);
+  EXPECT_EQ(text.substr(0, 2), "00") << "the abstract name's NUL byte, as hex";
+  const auto back = doorbell_from_text(text);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(std::string(back->name, back->length), std::string(bell.address().name, bell.address().length));
+  // Rung through the address read back, as a rank of the same node rings it after the job's store told it.
+  WatcherDoorbell peer;
+  peer.ring(*back);
+  EXPECT_TRUE(bell.wait(milliseconds(60'000)).other);
+  // What is not an address does not read; "" is no doorbell.
+  for (const char* bad : {"0", "zz", "0g", "000102030405060708090a0b0c0d0e0f10"}) {
+    EXPECT_FALSE(doorbell_from_text(bad).has_value()) << bad;
+  }
+  ASSERT_TRUE(doorbell_from_text("").has_value());
+  EXPECT_EQ(doorbell_from_text("")->length, 0);
+  EXPECT_EQ(doorbell_text(DoorbellAddress{}), "");
+}
+
 TEST(WatcherDoorbell, ARingBeforeTheWaitIsNotLost) {
   WatcherDoorbell bell;
   bell.ring();

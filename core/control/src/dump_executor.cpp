@@ -230,16 +230,6 @@ DumpRequest request_from_oom_event(const FrozenHistory& h) {
   return r;
 }
 
-bool answered_by_the_dump_that_holds_it(const DumpRequest& request, std::uint64_t& unclaimed,
-                                        std::uint64_t oom_events_now, int rank) {
-  if (request.kind != DumpKind::oom || unclaimed == 0 || oom_events_now != unclaimed) return false;
-  unclaimed = 0;
-  if (!request.reason.empty()) {
-    log().error("rank {} reports, after the dump that holds its failure: {}", rank, request.reason);
-  }
-  return true;
-}
-
 void announce_dump(const DumpRequest& request, int rank, std::int64_t batch) {
   const std::string what = dump_summary(request.kind, {rank}, batch, request.requested_bytes,
                                         request.device_free_bytes, request.numbers_from_message);

@@ -98,11 +98,4 @@ void announce_dump(const DumpRequest& request, int rank, std::int64_t batch);
 /// with its requested and free bytes and a reason built from them. Both transports use it.
 DumpRequest request_from_oom_event(const FrozenHistory& h);
 
-/// Whether `request` is the failing thread's oom request of a failure that a finished dump already holds: its oom
-/// event made this rank an origin of that dump (`unclaimed`: the oom events counted at that dump's freeze) and no
-/// oom event came since (`oom_events_now`). Then it clears `unclaimed`, logs the job's own words and returns true:
-/// that dump is the answer, not a second archive of the same failure. Both transports use it, under their lock.
-bool answered_by_the_dump_that_holds_it(const DumpRequest& request, std::uint64_t& unclaimed,
-                                        std::uint64_t oom_events_now, int rank);
-
 }  // namespace oomflight

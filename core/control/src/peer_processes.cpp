@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace oomflight {
 namespace {
@@ -136,10 +137,14 @@ std::size_t PeerProcesses::watched() const {
   return n;
 }
 
-PidNamespace own_pid_namespace() {
+NamespaceId own_namespace(const char* kind) {
   struct stat ns {};
-  if (::stat("/proc/self/ns/pid", &ns) != 0) return {};
+  if (::stat((std::string("/proc/self/ns/") + kind).c_str(), &ns) != 0) return {};
   return {static_cast<std::uint64_t>(ns.st_dev), static_cast<std::uint64_t>(ns.st_ino)};
+}
+
+std::string NamespaceId::text() const {
+  return ino == 0 ? std::string() : std::to_string(dev) + ":" + std::to_string(ino);
 }
 
 }  // namespace oomflight

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace oomflight {
@@ -55,12 +56,16 @@ class PeerProcesses {
   std::vector<Watched> watched_;
 };
 
-/// This process's pid namespace (/proc/self/ns/pid: device and inode), so that ranks can tell which of their node's
-/// peers share it; {0, 0} when it cannot be read.
-struct PidNamespace {
+/// A Linux namespace of this process (/proc/self/ns/<kind>: device and inode), so that ranks can tell which of
+/// their node's peers share it: the pid namespace (whose processes a rank can watch) and the network one (whose
+/// abstract sockets, the doorbells, a rank can reach). {0, 0} when it cannot be read.
+struct NamespaceId {
   std::uint64_t dev = 0, ino = 0;
-  bool operator==(const PidNamespace&) const = default;
+  bool operator==(const NamespaceId&) const = default;
+  /// "dev:ino", or "" when unknown (never equal to another's). For a store's value.
+  std::string text() const;
 };
-PidNamespace own_pid_namespace();
+/// `kind`: "pid" or "net". Never throws.
+NamespaceId own_namespace(const char* kind);
 
 }  // namespace oomflight

@@ -29,7 +29,8 @@
 namespace oomflight {
 namespace {
 
-constexpr int kHelloVersion = 2;  // 2: the hello holds the pid namespace (node peers, issue 40)
+// 2: the hello holds the pid namespace (node peers, issue 40); 3: the network namespace and the watcher's doorbell.
+constexpr int kHelloVersion = 3;
 // Fields as "<size>\n<bytes>" one after another: any byte may occur in a field (a reason has newlines).
 std::string pack(const std::vector<std::string>& fields) {
   std::string out;
@@ -95,8 +96,9 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   hello.push_back(id_.job_id);
   hello.push_back(id_.host);
   hello.push_back(std::to_string(id_.pid));
-  const PidNamespace pids = own_pid_namespace();
-  hello.push_back(pids.ino == 0 ? "" : fmt::format("{}:{}", pids.dev, pids.ino));  // "": not watched by its peers
+  hello.push_back(own_namespace("pid").text());  // "": not watched by its peers
+  hello.push_back(own_namespace("net").text());  // "": its doorbell is not rung by its peers
+  hello.push_back(doorbell_text(doorbell_.address()));
   store_->set(fmt::format("hello/{}", id_.rank), pack(hello));  // throws: the caller reports it, nothing started
   store_->add("hellos", 1);  // rank 0's watcher reads the hellos once all are there, and publishes its verdict
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
@@ -182,7 +184,7 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
   } else {
     for (int r = 0; r < size; ++r) {
       const auto& h = hellos[static_cast<std::size_t>(r)];
-      if (h.size() != settings + 6 || h[0] != std::to_string(kHelloVersion)) {
+      if (h.size() != settings + 8 || h[0] != std::to_string(kHelloVersion)) {
         problem = fmt::format("rank {} runs another version of oomflight (its hello does not read)", r);
         break;
       }
@@ -208,25 +210,34 @@ bool StoreProtocol::try_agree(std::int64_t deadline_ns) {
 
 void StoreProtocol::publish_node_peers(const std::vector<std::vector<std::string>>& hellos, std::size_t settings) {
   // The ranks of each node (same host, same pid namespace), so that each can watch the others' processes for an end
-  // without a word (os._exit, a signal), as over MPI (peer_processes.hpp). One key per rank that has peers:
-  // node/R = "rank pid" of each other rank of R's node; rank 0 sets them (O(world size) requests, as the hellos).
-  std::map<std::string, std::vector<std::pair<int, std::string>>> nodes;
+  // without a word (os._exit, a signal), and ring their watchers' doorbells with a trigger, as over MPI
+  // (peer_processes.hpp, watcher_doorbell.hpp). One key per rank that has peers: node/R = "rank pid doorbell" of
+  // each other rank of R's node, the doorbell "-" where the two are not in one network namespace (an abstract
+  // socket's name is per namespace); rank 0 sets them (O(world size) requests, as the hellos).
+  struct Peer {
+    int rank;
+    const std::string& pid;
+    const std::string& net;
+    const std::string& doorbell;
+  };
+  std::map<std::string, std::vector<Peer>> nodes;
   for (int r = 0; r < static_cast<int>(hellos.size()); ++r) {
     const auto& h = hellos[static_cast<std::size_t>(r)];
     if (h[settings + 5].empty()) continue;  // its pid namespace could not be read
-    nodes[h[settings + 3] + '\n' + h[settings + 5]].emplace_back(r, h[settings + 4]);
+    nodes[h[settings + 3] + '\n' + h[settings + 5]].push_back({r, h[settings + 4], h[settings + 6], h[settings + 7]});
   }
   for (const auto& [node, ranks] : nodes) {
     if (ranks.size() < 2) continue;
-    for (const auto& [r, pid] : ranks) {
+    for (const Peer& r : ranks) {
       std::vector<std::string> peers;
-      for (const auto& [q, qpid] : ranks) {
-        if (q != r) peers.push_back(fmt::format("{} {}", q, qpid));
+      for (const Peer& q : ranks) {
+        const bool ringable = !q.doorbell.empty() && !q.net.empty() && q.net == r.net;
+        if (q.rank != r.rank) peers.push_back(fmt::format("{} {} {}", q.rank, q.pid, ringable ? q.doorbell : "-"));
       }
-      if (r == 0) {
+      if (r.rank == 0) {
         start_watching(peers);
       } else {
-        store_->set(fmt::format("node/{}", r), pack(peers));
+        store_->set(fmt::format("node/{}", r.rank), pack(peers));
       }
     }
   }
@@ -234,18 +245,31 @@ void StoreProtocol::publish_node_peers(const std::vector<std::vector<std::string
 
 void StoreProtocol::start_watching(const std::vector<std::string>& peers) {
   std::vector<PeerProcesses::Peer> processes;
+  std::vector<DoorbellAddress> doorbells;
   for (const std::string& p : peers) {
+    // "rank pid doorbell" (see publish_node_peers); a field that does not read leaves that peer out of what it
+    // serves: an unwatched process is learnt of at the deadline, an unrung watcher sees the trigger at its poll.
     const std::size_t space = p.find(' ');
+    const std::size_t second = space == std::string::npos ? space : p.find(' ', space + 1);
     const auto rank = to_int(p.substr(0, space));
-    const auto pid = space == std::string::npos ? std::nullopt : to_int(p.substr(space + 1));
-    if (rank && pid && *rank >= 0 && *rank < id_.world_size && *rank != id_.rank && *pid > 0) {
-      processes.push_back({static_cast<int>(*rank), *pid});
+    const std::int64_t pid =
+        space == std::string::npos ? 0 : to_int(p.substr(space + 1, second - space - 1)).value_or(0);
+    if (!rank || *rank < 0 || *rank >= id_.world_size || *rank == id_.rank) continue;
+    if (pid > 0) processes.push_back({static_cast<int>(*rank), pid});
+    if (second == std::string::npos) continue;
+    if (const auto bell = doorbell_from_text(p.substr(second + 1)); bell && bell->length > 0) {
+      doorbells.push_back(*bell);
     }
   }
-  if (processes.empty()) return;
-  auto watched = std::make_unique<PeerProcesses>(processes);
+  auto watched = processes.empty() ? nullptr : std::make_unique<PeerProcesses>(processes);
   std::lock_guard lock(peers_mutex_);
-  node_peers_ = std::move(watched);
+  if (watched) node_peers_ = std::move(watched);
+  node_doorbells_ = std::move(doorbells);
+}
+
+void StoreProtocol::ring_node_peers() {
+  std::lock_guard lock(peers_mutex_);
+  for (const DoorbellAddress& peer : node_doorbells_) doorbell_.ring(peer);
 }
 
 void StoreProtocol::notice_vanished() {
@@ -339,7 +363,7 @@ void StoreProtocol::end_on_sigterm() {
   SigtermPlan plan;
   {
     std::lock_guard lock(mutex_);
-    plan = plan_sigterm(exit_dumped_, left_, config_.dump_on_exit, state_ == State::agreed);
+    plan = plan_sigterm(ledger_.exit_dumped(), left_, config_.dump_on_exit, state_ == State::agreed);
   }
   if (plan.exit_dump) {
     DumpRequest request;
@@ -350,8 +374,8 @@ void StoreProtocol::end_on_sigterm() {
   std::int64_t reached = 0;
   {
     std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });  // a dump under way ends first
-    reached = next_dump_;
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });  // a dump under way ends first
+    reached = ledger_.number();
   }
   // The process ends on a signal: no dump after this one may wait for it (the others learn it now, not at their
   // deadline). A rank already counted as ending normally is not counted again as leaving early.
@@ -439,7 +463,7 @@ void StoreProtocol::snapshot_written(std::int64_t first_batch, std::int64_t last
       std::lock_guard lock(mutex_);
       snapshots_to_merge_.emplace_back(first_batch, last_batch);
     }
-    cv_.notify_all();
+    doorbell_.ring();  // the watcher merges it at its next look
   } catch (const std::exception& e) {
     log().warn("snapshot of batches {} to {}: this rank's history stays in {} ({})", first_batch, last_batch, path,
                e.what());
@@ -474,11 +498,12 @@ void StoreProtocol::watch() {
   std::int64_t next_store_ns = 0;  // when the store is asked next: at the job's pace (store_pacing.hpp)
   for (;;) {
     end_on_sigterm();
+    // The signals are looked at every OOMFLIGHT_POLL_INTERVAL, whatever the store's pace: a SIGTERM is acted on at
+    // once at any scale (torchrun's SIGKILL follows 30 s later). A rank of this node that wrote a dump's cause rings
+    // this doorbell: the store is looked at now, not at the next look its pace allows (issue 40, item 7).
+    const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     {
-      // The signals are looked at every OOMFLIGHT_POLL_INTERVAL, whatever the store's pace: a SIGTERM is acted on
-      // at once at any scale (torchrun's SIGKILL follows 30 s later).
-      std::unique_lock lock(mutex_);
-      cv_.wait_for(lock, config_.poll_interval, [&] { return stop_; });
+      std::lock_guard lock(mutex_);
       if (stop_) return;
     }
     const std::int64_t now = monotonic_ns();
@@ -507,7 +532,7 @@ void StoreProtocol::watch() {
       agreed_now = state_ == State::agreed;
     }
     if (agreed_now) dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
-    if (now < next_store_ns) continue;
+    if (now < next_store_ns && !rings.other) continue;
     next_store_ns = now + to_ns(pacing_.idle);
     // The store answered again after failures: said once, with their count.
     const auto answered = [&] {
@@ -531,8 +556,8 @@ void StoreProtocol::watch() {
       std::int64_t n = 0;
       {
         std::lock_guard lock(mutex_);
-        if (dumping_) continue;
-        n = next_dump_;
+        if (ledger_.under_way()) continue;
+        n = ledger_.number();
       }
       notice_vanished();
       const auto text = store_->get(key(n, "cause"));
@@ -553,8 +578,8 @@ void StoreProtocol::watch() {
       const std::int64_t start = monotonic_ns();
       {
         std::lock_guard lock(mutex_);
-        if (stop_ || dumping_ || next_dump_ != n) continue;  // a request of this rank took dump n meanwhile
-        dumping_ = true;
+        if (stop_ || ledger_.under_way() || ledger_.number() != n) continue;  // a request of this rank took it
+        ledger_.begin();
       }
       // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of
       // this rank would wait for it.
@@ -566,6 +591,8 @@ void StoreProtocol::watch() {
           log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error",
                       n);
         }
+        log().debug("dump {}'s cause from rank {} seen {}", n, cause.origin,
+                    rings.other ? "at once (a rank of this node rang)" : "at a look");
         FrozenHistory h = recorder_.freeze(-1);
         DumpRequest request;
         request.kind = cause.kind;
@@ -581,13 +608,10 @@ void StoreProtocol::watch() {
             // The joint dump: this rank was an origin of the dump a late failure asked to join. It is an origin of
             // this one too, with the same words and figures (its request waits for this dump: await_joint).
             is_origin = true;
-            request = joint_request_;
-            oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
+            request = ledger_.joint_request();
+            ledger_.rejoined(h.oom_events);
           } else {
-            is_origin = h.oom_events > oom_events_covered_;
-            if (is_origin) oom_events_covered_ = h.oom_events;
-            unclaimed_oom_events_ = is_origin ? h.oom_events : 0;  // a request waiting on this dump clears it after
-            awaiting_request_ = is_origin;  // run_dump waits a little for its words (late_request_)
+            is_origin = ledger_.origin_through_event(h.oom_events);  // run_dump waits a little for its words
           }
         }
         if (is_origin && !rejoin) {
@@ -635,19 +659,17 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   if (!wait_agreed(lock) || stop_) return std::nullopt;
   bool waited = false;
-  while (dumping_) {
+  while (ledger_.under_way()) {
     // This rank's failure arrives during a dump already under way (which names this rank an origin when its oom
-    // event came before its freeze): its words go to the log, where the job's own error follows.
-    if (!waited && !request.reason.empty()) {
-      log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
-    }
-    if (!waited && request.kind == DumpKind::oom && !late_request_) {
-      late_request_ = request;  // the watcher's dump takes its words when its oom event made this rank an origin
+    // event came before its freeze): its words go to the log, where the job's own error follows, and into the dump's
+    // reason when the watcher's freeze made this rank an origin through its oom event (run_dump).
+    if (!waited) {
+      if (const std::string say = ledger_.offer(request, id_.rank); !say.empty()) log().error("{}", say);
       cv_.notify_all();
     }
     waited = true;
     if (request.kind == DumpKind::oom) ++oom_requests_waiting_;  // say_done asks whether one waits
-    const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });
+    const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });
     if (request.kind == DumpKind::oom) --oom_requests_waiting_;
     if (!ended) {
       DumpResult r;
@@ -661,24 +683,26 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   // dump's origins stay for this rank's dump, which names them too and replaces their archive (the joint dump).
   std::optional<DumpResult> joint_with;
   if (waited) {
-    if (request.kind == DumpKind::oom) unclaimed_oom_events_ = 0;  // the dump it waited for answers it
-    if (request.kind != DumpKind::oom || recorder_.oom_events() <= oom_events_covered_) return await_joint(lock);
+    if (request.kind == DumpKind::oom) ledger_.claimed();  // the dump it waited for answers it, or it follows
+    if (request.kind != DumpKind::oom || !ledger_.unreported(recorder_.oom_events())) return await_joint(lock);
     // Its oom event came after this rank's history was frozen for that dump: no archive holds it yet.
-    if (late_in_dump_ == next_dump_ - 1 && last_result_.status == DumpResult::Status::archive) {
-      joint_with = last_result_;
+    const DumpResult& last = ledger_.last_result();
+    if (ledger_.failed_late_in(ledger_.number() - 1) && last.status == DumpResult::Status::archive) {
+      joint_with = last;
       log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
                  "follows, which names that dump's {} too and replaces {}",
-                 id_.rank, last_result_.origin_ranks.size() == 1 ? "origin" : "origins", last_result_.path);
+                 id_.rank, last.origin_ranks.size() == 1 ? "origin" : "origins", last.path);
     } else {
       log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
                  "follows",
                  id_.rank);
     }
-  } else if (answered_by_the_dump_that_holds_it(request, unclaimed_oom_events_, recorder_.oom_events(), id_.rank)) {
+  } else if (std::string say; ledger_.answered(request, recorder_.oom_events(), id_.rank, say)) {
+    if (!say.empty()) log().error("{}", say);
     return await_joint(lock);  // its oom event made this rank an origin on the watcher, and that dump ended first
   }
-  dumping_ = true;
-  const std::int64_t n = next_dump_;
+  ledger_.begin();
+  const std::int64_t n = ledger_.number();
   lock.unlock();
 
   const std::int64_t start = monotonic_ns();
@@ -699,7 +723,10 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     std::int64_t order = 0;
     try {
       order = store_->add(key(n, "trigger"), 1);
-      if (order == 1) store_->set(key(n, "cause"), encode(cause));
+      if (order == 1) {
+        store_->set(key(n, "cause"), encode(cause));
+        ring_node_peers();  // their watchers look at the store now (over MPI: the triggers' doorbells)
+      }
     } catch (const std::exception& e) {
       log().error("cannot tell the other ranks through the job's store: {}", e.what());
     }
@@ -707,8 +734,7 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     h.batch = cause.batch;
     {
       std::lock_guard guard(mutex_);
-      oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
-      unclaimed_oom_events_ = 0;
+      ledger_.asked(h.oom_events);
     }
     if (order > 1) {
       // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file). It is
@@ -721,7 +747,7 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     // alike.
     finish(r, order != 0);
     lock.lock();
-    return joint_expected_ ? await_joint(lock) : r;
+    return ledger_.joint_expected() ? await_joint(lock) : r;
   } catch (const std::exception& e) {
     DumpResult r;
     r.kind = request.kind;
@@ -850,16 +876,11 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   timeline.mark("rank file");
   std::optional<DumpRequest> late;
   {
+    // An origin through its oom event: another rank's cause reached this watcher before the failing thread asked.
+    // Its request carries the job's own error text: waited for a little (this rank's file is on disk already), and
+    // the file written again with it.
     std::unique_lock lock(mutex_);
-    if (awaiting_request_) {
-      // An origin through its oom event: another rank's cause reached this watcher before the failing thread asked.
-      // Its request carries the job's own error text: waited for a little (this rank's file is on disk already; the
-      // others wait for it meanwhile, so not for long), and the file written again with it.
-      const auto bound = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200), config_.dump_timeout / 4);
-      cv_.wait_for(lock, bound, [&] { return stop_ || late_request_.has_value(); });
-      awaiting_request_ = false;
-      late.swap(late_request_);
-    }
+    late = ledger_.words(lock, cv_, stop_, config_.dump_timeout);
   }
   if (late && !mine.empty()) {
     request = std::move(*late);
@@ -1008,8 +1029,8 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
   {
     std::lock_guard lock(mutex_);
     // A failing thread waits for this dump, and its oom event is not in this rank's file (it came after the freeze).
-    late = oom_requests_waiting_ > 0 && recorder_.oom_events() > oom_events_covered_;
-    if (late) late_in_dump_ = n;
+    late = oom_requests_waiting_ > 0 && ledger_.unreported(recorder_.oom_events());
+    if (late) ledger_.failed_late();
   }
   std::vector<int> late_ranks;
   try {
@@ -1046,9 +1067,7 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
              late_ranks.size() == 1 ? "rank" : "ranks", rank_ranges(late_ranks),
              late_ranks.size() == 1 ? "its" : "their");
   std::lock_guard lock(mutex_);
-  joint_expected_ = true;
-  joint_after_ = n;
-  joint_request_ = request;
+  ledger_.expect_joint(request, r.batch, r.path);
 }
 
 bool StoreProtocol::every_file_done(std::int64_t n, std::vector<char>& seen) {
@@ -1067,30 +1086,25 @@ bool StoreProtocol::every_file_done(std::int64_t n, std::vector<char>& seen) {
 
 DumpResult StoreProtocol::await_joint(std::unique_lock<std::mutex>& lock) {
   // The watcher's own requests (SIGUSR1, SIGTERM) never wait: the joint dump is the watcher's to answer.
-  if (!joint_expected_ || watcher_id_ == std::this_thread::get_id()) return last_result_;
-  const std::int64_t n = joint_after_;
-  const bool started = cv_.wait_for(lock, config_.dump_timeout, [&] {
-    return stop_ || next_dump_ > n + 1 || (dumping_ && next_dump_ == n + 1);
-  });
-  if (!started || (stop_ && next_dump_ <= n + 1)) {
-    joint_expected_ = false;  // it never came (the late rank died): a later dump is not a joint one
-    log().warn("the dump of the rank that failed during this one did not start within OOMFLIGHT_DUMP_TIMEOUT");
-    return last_result_;
+  if (watcher_id_ == std::this_thread::get_id()) return ledger_.last_result();
+  switch (ledger_.await_joint(lock, cv_, stop_, config_.dump_timeout)) {
+    case DumpLedger::Joint::never_started: log().warn("{}", kJointNeverStartedText); break;
+    case DumpLedger::Joint::unfinished: {
+      DumpResult r;
+      r.kind = ledger_.last_result().kind;
+      r.error = gave_up_on_the_dump_text(config_.dump_timeout);
+      log().error("{}", r.error);
+      return r;
+    }
+    default: break;
   }
-  cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return stop_ || next_dump_ > n + 1; });
-  return last_result_;
+  return ledger_.last_result();
 }
 
 void StoreProtocol::finish(DumpResult result, bool counted) {
   {
     std::lock_guard lock(mutex_);
-    exit_dumped_ = exit_dumped_ || result.kind == DumpKind::exit;
-    last_result_ = std::move(result);
-    dumping_ = false;
-    awaiting_request_ = false;
-    late_request_.reset();
-    if (counted) ++next_dump_;
-    if (joint_expected_ && next_dump_ > joint_after_ + 1) joint_expected_ = false;  // the joint dump is over
+    ledger_.finish(std::move(result), counted);
   }
   cv_.notify_all();
 }
@@ -1160,12 +1174,13 @@ void StoreProtocol::shutdown(bool normal) {
   bool agreed = false;
   {
     std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !dumping_; });  // the dump under way ends first
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });  // the dump under way ends first
     stop_ = true;
-    reached = next_dump_;
+    reached = ledger_.number();
     agreed = state_ != State::off;
   }
   cv_.notify_all();
+  doorbell_.ring();
   if (dump_signal_) uninstall_dump_signal();
   if (exit_signal_) {
     uninstall_exit_signal();
@@ -1242,9 +1257,10 @@ void StoreProtocol::leave(const std::string& why) {
     }
     left_ = true;
     stop_ = true;  // the watcher stops at its next look; a dump under way ends at its next store call
-    reached = next_dump_;
+    reached = ledger_.number();
   }
   cv_.notify_all();
+  doorbell_.ring();
   tell_left(reached, true);
   if (dump_signal_) uninstall_dump_signal();
   if (exit_signal_) {

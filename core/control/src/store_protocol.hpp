@@ -15,7 +15,8 @@
 //   dN/claim_late    counter: when no merged appears within one more deadline (the merger died), the first waiter
 //                    with a file merges instead
 //   left, left/R     ranks whose session ended (R: the dump number it had reached): nobody waits for them
-//   node/R           rank R's peers on its node ("rank pid" each), set by rank 0 at the agreement
+//   node/R           rank R's peers on its node ("rank pid doorbell" each), set by rank 0 at the agreement: R watches
+//                    their processes, and rings their watchers' doorbells when it writes a dump's cause
 //   vanished/R, silent/R  a peer saw rank R's process end: the first (whose add gives 1) writes left/R for it, and
 //                    silent/R, unless R had said ending/R or left/R itself
 //   ending/R         rank R counts itself in `ending` (set first)
@@ -42,6 +43,7 @@
 
 #include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
+#include "dump_ledger.hpp"
 #include "dump_signal.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
@@ -51,6 +53,7 @@
 #include "store_handle.hpp"
 #include "peer_processes.hpp"
 #include "store_pacing.hpp"
+#include "oomflight/control/watcher_doorbell.hpp"
 
 namespace oomflight {
 
@@ -189,8 +192,11 @@ class StoreProtocol final : public DumpCoordinator {
   void store_failed(const std::exception& e);
   // Rank 0, at the agreement: node/R for each rank R with peers on its node (same host and pid namespace).
   void publish_node_peers(const std::vector<std::vector<std::string>>& hellos, std::size_t settings);
-  // Watches the processes of this node's other ranks ("rank pid" each), as the MPI transport does.
+  // Watches the processes of this node's other ranks ("rank pid doorbell" each), as the MPI transport does, and
+  // keeps their doorbells.
   void start_watching(const std::vector<std::string>& peers);
+  // Rings the watchers of this node's other ranks: a dump's cause is in the store. Any thread; no store call.
+  void ring_node_peers();
   // A rank of this node whose process ended without telling the store is told for it (left/R, left_early), by one
   // of its peers: nothing waits for it (issue 40: a worker's os._exit cost every other worker the whole deadline).
   // Any thread; calls the store.
@@ -207,8 +213,7 @@ class StoreProtocol final : public DumpCoordinator {
   // Every rank with a file of dump n said done, or left (seen: what earlier looks saw).
   bool every_file_done(std::int64_t n, std::vector<char>& seen);
   // A request that a dump answered, on an origin of it: waits for the joint dump that a rank that failed during
-  // it asked for (it names this rank too, and replaces the archive just written), at most OOMFLIGHT_DUMP_TIMEOUT for
-  // it to start; returns the last result. `lock` holds mutex_.
+  // it asked for (DumpLedger::await_joint); returns the last result. `lock` holds mutex_.
   DumpResult await_joint(std::unique_lock<std::mutex>& lock);
   // The paths under `prefix`R for every rank R that this host can see (the others are named in the log).
   std::vector<std::string> visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks);
@@ -234,31 +239,14 @@ class StoreProtocol final : public DumpCoordinator {
   std::condition_variable cv_;
   State state_ = State::agreeing;
   bool stop_ = false;
-  bool dumping_ = false;          // a dump is under way (dump number next_dump_)
-  std::int64_t next_dump_ = 0;    // the number of the next dump; every rank counts alike
-  DumpResult last_result_;
-  // Oom events already reported by a dump in which this rank was an origin; and those that made it one on the
-  // watcher, before its failing thread asked (that request is then answered by that dump, not a second one).
-  std::uint64_t oom_events_covered_ = 0;
-  std::uint64_t unclaimed_oom_events_ = 0;
-  // The joint dump. A failing thread's request that waits for the dump under way (its failure may have come after
-  // this rank's freeze for it); the dump in which this rank said it failed late; and, on an origin of a dump a rank
-  // said that of, what it stays for: the dump number, its request (the joint dump names it with the same words) and
-  // the archive it replaces.
+  DumpLedger ledger_;  // the dumps' numbers and the rules both transports keep (mutex_)
+  // Failing threads' requests that wait for the dump under way (their failure may have come after this rank's
+  // freeze for it: say_done asks).
   int oom_requests_waiting_ = 0;
-  // An origin through its oom event (the watcher's dump) waits a little for its failing thread's request, whose
-  // words and figures are the job's own (as the MPI transport's vote does): the request, when it came in time.
-  bool awaiting_request_ = false;
-  std::optional<DumpRequest> late_request_;
-  std::int64_t late_in_dump_ = -1;
-  bool joint_expected_ = false;
-  std::int64_t joint_after_ = -1;
-  DumpRequest joint_request_;
   std::thread::id watcher_id_;  // (mutex_) the watcher's, for what it must never wait on itself
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool said_ending_ = false;  // this rank added itself to `ending` (its leave agreement): it never leaves early
-  bool exit_dumped_ = false;  // this rank took part in an exit dump: a later SIGTERM ends it with no second one
   bool watcher_exited_ = false;
   bool watcher_joined_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed
@@ -267,7 +255,9 @@ class StoreProtocol final : public DumpCoordinator {
   SignalDumpLimiter signal_limiter_;  // the watcher's
   std::int64_t store_failures_ = 0;
   std::mutex peers_mutex_;  // node_peers_ has one caller at a time (the watcher, a dump's wait, the leave agreement)
-  std::unique_ptr<PeerProcesses> node_peers_;  // the watcher's: failed looks at the store since it last answered
+  std::unique_ptr<PeerProcesses> node_peers_;  // the processes of this node's other ranks (peers_mutex_)
+  std::vector<DoorbellAddress> node_doorbells_;  // their watchers' doorbells, rung with a cause (peers_mutex_)
+  WatcherDoorbell doorbell_;  // the watcher sleeps here between looks; rung at stop and by a node peer's cause
   std::thread watcher_;
 };
 

@@ -23,7 +23,6 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <sys/stat.h>
 #include <memory>
 #include <fmt/format.h>
 
@@ -74,11 +73,10 @@ NodePeers exchange_node_peers(MPI_Comm comm, int rank, const DoorbellAddress& mi
   };
   NodePeers peers;
   Entry me{};
-  if (struct stat ns {}; ::stat("/proc/self/ns/net", &ns) == 0) {
-    me.net_dev = static_cast<std::uint64_t>(ns.st_dev);
-    me.net_ino = static_cast<std::uint64_t>(ns.st_ino);
-  }
-  const PidNamespace pid_ns = own_pid_namespace();
+  const NamespaceId net_ns = own_namespace("net");
+  me.net_dev = net_ns.dev;
+  me.net_ino = net_ns.ino;
+  const NamespaceId pid_ns = own_namespace("pid");
   me.pid_dev = pid_ns.dev;
   me.pid_ino = pid_ns.ino;
   me.pid = static_cast<std::int64_t>(::getpid());
@@ -168,7 +166,7 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
     // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
     // it is left behind, so that the job's own error ends the process instead of oomflight keeping it alive.
-    const auto bound = std::chrono::nanoseconds(active_ ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) -
+    const auto bound = std::chrono::nanoseconds(ledger_.under_way() ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) -
                                                               monotonic_ns()
                                                         : to_ns(config_.dump_timeout));
     abandoned_ = !done_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
@@ -246,22 +244,17 @@ std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
     return r;
   }
   std::int64_t target = 0;
-  if (active_ && active_is_origin_) {
-    target = epoch_;  // the dump under way already counts this rank as an origin
+  if (ledger_.under_way() && active_is_origin_) {
+    target = ledger_.number();  // the dump under way already counts this rank as an origin
     // That dump began on another rank's trigger, and this rank's line named the failure from its oom event only:
     // the job's own words reach the user here (they also go into the archive's reason, with_late_request).
-    if (request.kind == DumpKind::oom) {
-      unclaimed_oom_events_ = 0;
-      if (!request.reason.empty()) log().error("rank {} reports, in the dump under way: {}", id_.rank, request.reason);
-    }
-    if (awaiting_request_ && !late_request_ && request.kind == DumpKind::oom) {
-      late_request_ = request;  // its reason and figures go into this rank's vote (with_late_request)
-      late_request_cv_.notify_all();
-    }
+    if (const std::string say = ledger_.offer(request, id_.rank); !say.empty()) log().error("{}", say);
+    late_request_cv_.notify_all();
   } else if (pending_) {
     target = pending_epoch_;  // another thread of this process asked first: share its dump
-  } else if (answered_by_the_dump_that_holds_it(request, unclaimed_oom_events_, recorder_.oom_events(), id_.rank)) {
-    return last_result_;  // that dump finished before the failing thread asked, on a loaded machine
+  } else if (std::string say; ledger_.answered(request, recorder_.oom_events(), id_.rank, say)) {
+    if (!say.empty()) log().error("{}", say);
+    return ledger_.last_result();  // that dump finished before the failing thread asked, on a loaded machine
   } else {
     // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
     // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
@@ -270,8 +263,9 @@ std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
     // snapshot being written yields to this request on every rank (snapshot_writer.hpp).
     const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
     announce(request, batch);
-    // broken_ changes only while active_ (the watcher's dump), so it is read safely here.
-    const bool triggers_sent = !active_ && !broken_;
+    // broken_ changes only while a dump is under way (the watcher's), so it is read safely here.
+    const bool under_way = ledger_.under_way();
+    const bool triggers_sent = !under_way && !broken_;
     if (triggers_sent) {
       send_triggers(batch, request.kind);
       log().debug("triggers sent to every rank before the freeze");
@@ -279,40 +273,39 @@ std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
     FrozenHistory h = recorder_.freeze(request.device);
     h.batch = batch;
     pending_ = Pending{std::move(h), request, triggers_sent};
-    pending_epoch_ = active_ ? epoch_ + 1 : epoch_;
+    pending_epoch_ = under_way ? ledger_.number() + 1 : ledger_.number();
     // This rank failed during another rank's dump, after its freeze: its DONE message for that dump asks the
     // dump's origins to stay for the next one, which names them all (the joint dump, docs/protocol.md).
-    if (active_ && request.kind == DumpKind::oom) late_oom_ = true;
+    if (under_way && request.kind == DumpKind::oom) ledger_.failed_late();
     target = pending_epoch_;
     doorbell_.ring();
   }
   const auto give_up = std::chrono::steady_clock::now() + 3 * config_.dump_timeout;
-  bool finished = done_.wait_until(lock, give_up, [&] { return stop_ || epoch_ > target; });
-  if (finished && !stop_ && joint_expected_ && epoch_ == target + 1) {
+  const bool finished = done_.wait_until(lock, give_up, [&] { return stop_ || ledger_.number() > target; });
+  if (finished && ledger_.number() > target) {
     // A rank failed during this rank's dump and asked to join it: its dump follows at once and names this rank as
     // well, replacing the archive just written. Returning now would end the job before it (the joint dump).
-    const bool started = done_.wait_for(lock, config_.dump_timeout,
-                                        [&] { return stop_ || active_ || epoch_ > target + 1; });
-    if (started) {
-      finished = done_.wait_until(lock, give_up, [&] { return stop_ || epoch_ > target + 1; });
-    } else {
-      joint_expected_ = false;  // it never came (the late rank died): a later dump is not a joint one
-      log().warn("the dump of the rank that failed during this one did not start within OOMFLIGHT_DUMP_TIMEOUT");
+    switch (ledger_.await_joint(lock, done_, stop_, config_.dump_timeout)) {
+      case DumpLedger::Joint::never_started: log().warn("{}", kJointNeverStartedText); break;
+      case DumpLedger::Joint::unfinished: return gave_up(request);
+      default: break;
     }
+    return ledger_.last_result();
   }
-  if (!finished || epoch_ <= target) {
-    DumpResult r;
-    r.kind = request.kind;
-    r.error = gave_up_on_the_dump_text(config_.dump_timeout);
-    log().error("{}", r.error);
-    return r;
-  }
-  return last_result_;
+  return gave_up(request);
+}
+
+DumpResult TriggerProtocol::gave_up(const DumpRequest& request) const {
+  DumpResult r;
+  r.kind = request.kind;
+  r.error = gave_up_on_the_dump_text(config_.dump_timeout);
+  log().error("{}", r.error);
+  return r;
 }
 
 void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
   // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
-  if (pending_ || active_) return;
+  if (pending_ || ledger_.under_way()) return;
   if (kind == DumpKind::signal && !signal_limiter_.allow(config_.signal_dump_interval)) return;
   DumpRequest request;
   request.kind = kind;
@@ -320,7 +313,7 @@ void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
   FrozenHistory h = recorder_.freeze();
   announce(request, h.batch);
   pending_ = Pending{std::move(h), request};
-  pending_epoch_ = epoch_;
+  pending_epoch_ = ledger_.number();
 }
 
 void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
@@ -349,7 +342,7 @@ void TriggerProtocol::watch_until_stopped() {
       if (stop_) {
         // A request whose triggers are out already: the other ranks are on their way into its vote. Run it
         // (shutdown() waits for it, within its bound) rather than leave them to time out.
-        if (!(pending_ && pending_->triggers_sent && pending_epoch_ <= epoch_)) return;
+        if (!(pending_ && pending_->triggers_sent && pending_epoch_ <= ledger_.number())) return;
         last_dump = true;
       } else {
         if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
@@ -358,7 +351,7 @@ void TriggerProtocol::watch_until_stopped() {
           // while it is leaving at its normal end) ends the process as SIGTERM would, with no second dump (a
           // stray rank-local exit file beside the archive, issue 29). The handler is installed only with
           // OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this protocol was made.
-          const SigtermPlan plan = plan_sigterm(exit_dumped_, leaving_, true, true);
+          const SigtermPlan plan = plan_sigterm(ledger_.exit_dumped(), leaving_, true, true);
           if (!plan.exit_dump) {
             end_now = plan.why;
           } else {
@@ -367,7 +360,7 @@ void TriggerProtocol::watch_until_stopped() {
           }
         }
       }
-      local = pending_.has_value() && pending_epoch_ <= epoch_;
+      local = pending_.has_value() && pending_epoch_ <= ledger_.number();
     }
     if (end_now != nullptr) end_by_sigterm(end_now);
     bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
@@ -383,7 +376,7 @@ void TriggerProtocol::watch_until_stopped() {
     bool end = false;
     {
       std::lock_guard lock(mutex_);
-      end = exiting_ && !pending_ && !active_;
+      end = exiting_ && !pending_ && !ledger_.under_way();
     }
     if (end) end_by_sigterm(plan_sigterm(false, false, true, true).why);
   }
@@ -446,7 +439,7 @@ std::string TriggerProtocol::gone_ranks_text(bool before_dump) const {
 bool TriggerProtocol::dump_waiting() {
   {
     std::lock_guard lock(mutex_);
-    if (stop_ || (pending_ && pending_epoch_ <= epoch_)) return true;
+    if (stop_ || (pending_ && pending_epoch_ <= ledger_.number())) return true;
   }
   // A trigger taken here is kept in heard_origins_ for the watcher's next turn (watch_until_stopped).
   return !heard_origins_.empty() || poll_trigger_message();
@@ -458,7 +451,7 @@ bool TriggerProtocol::poll_trigger_message() {
   if (!arrived) return false;
   const TriggerMessage msg = incoming_;
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
-  if (msg.epoch < epoch_) return false;  // a second origin's trigger for a dump that is already written
+  if (msg.epoch < ledger_.number()) return false;  // a second origin's trigger for a dump that is already written
   if (heard_origins_.empty() && msg.kind >= 0 && msg.kind < kDumpKindCount) heard_kind_ = static_cast<DumpKind>(msg.kind);
   heard_origins_.insert(msg.origin);
   if (heard_batch_ < 0) heard_batch_ = msg.batch;
@@ -480,7 +473,7 @@ bool TriggerProtocol::await_rung_trigger() {
 
 void TriggerProtocol::send_triggers(std::int64_t batch, DumpKind kind) {
   auto& msg = new_outgoing_message();
-  const TriggerMessage m{epoch_, batch, id_.rank, static_cast<std::int32_t>(kind)};
+  const TriggerMessage m{ledger_.number(), batch, id_.rank, static_cast<std::int32_t>(kind)};
   std::memcpy(msg.data(), &m, sizeof(m));
   for (int r = 0; r < id_.world_size; ++r) {
     if (r == id_.rank) continue;
@@ -516,50 +509,58 @@ void TriggerProtocol::run_dump() {
   FrozenHistory h;
   bool triggers_sent = false;
   bool awaiting = false;  // an origin through its oom event, whose own request has not come yet
+  bool rejoin = false;    // an origin of the dump this one replaces (the joint dump)
   {
     std::lock_guard lock(mutex_);
-    active_ = true;
+    ledger_.begin();
     active_start_ns_ = start;
-    deciding_ = !(pending_ && pending_epoch_ <= epoch_);  // until the freeze says whether this rank is an origin
-    if (pending_ && pending_epoch_ <= epoch_) {
+    // Until the freeze says whether this rank is an origin.
+    deciding_ = !(pending_ && pending_epoch_ <= ledger_.number());
+    if (pending_ && pending_epoch_ <= ledger_.number()) {
       is_origin = true;
       triggers_sent = pending_->triggers_sent;
       h = std::move(pending_->history);
       request = std::move(pending_->request);
       pending_.reset();
     }
-  }
-  bool rejoin = false;
-  {
-    std::lock_guard lock(mutex_);
-    rejoin = !is_origin && joint_expected_;
+    rejoin = !is_origin && ledger_.joint_expected();
+    if (rejoin) {
+      request = ledger_.joint_request();
+      h.batch = ledger_.joint_batch();
+      supersede_path_ = ledger_.joint_path();
+    }
   }
   if (rejoin) {
     // The joint dump: this rank was an origin of the dump that a late failure asked to join. It is an origin of
     // this one too, with the same reason and figures, and its archive replaces the one it just wrote.
     is_origin = true;
-    request = voted_request_;
+    const std::int64_t batch = h.batch;
     h = recorder_.freeze(request.device);
-    h.batch = voted_batch_;
+    h.batch = batch;
     triggers_sent = true;  // the late origin sent them
-    supersede_path_ = joint_path_;
   } else if (!is_origin) {
     h = recorder_.freeze();
-    // An oom event no dump has reported makes this rank an origin even if its request comes later: two
-    // ranks that fail at the same moment are both named, whatever order their messages arrive in.
-    if (h.oom_events > oom_events_covered_) {
-      is_origin = true;
-      request = request_from_oom_event(h);
-      announce(request, h.batch);
-      awaiting = true;
-    }
   }
   {
     std::lock_guard lock(mutex_);
-    if (is_origin) oom_events_covered_ = std::max(oom_events_covered_, h.oom_events);
-    unclaimed_oom_events_ = awaiting ? h.oom_events : 0;
+    if (rejoin) {
+      ledger_.rejoined(h.oom_events);
+    } else if (is_origin) {
+      ledger_.asked(h.oom_events);
+    } else {
+      // An oom event no dump has reported makes this rank an origin even if its request comes later: two
+      // ranks that fail at the same moment are both named, whatever order their messages arrive in.
+      awaiting = ledger_.origin_through_event(h.oom_events);
+      is_origin = awaiting;
+    }
+  }
+  if (awaiting) {
+    request = request_from_oom_event(h);
+    announce(request, h.batch);  // before a request of its failing thread says its words (it waits for deciding_)
+  }
+  {
+    std::lock_guard lock(mutex_);
     active_is_origin_ = is_origin;
-    awaiting_request_ = awaiting;
     deciding_ = false;
   }
   done_.notify_all();  // a request() waiting for this verdict
@@ -590,12 +591,10 @@ void TriggerProtocol::run_dump() {
     }
     const bool joint = exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
     timeline_.mark("done messages");
-    std::lock_guard lock(mutex_);
-    joint_expected_ = joint && !rejoin && request.kind == DumpKind::oom;
-    joint_path_ = joint_expected_ ? result.path : std::string();
-  } else {
-    std::lock_guard lock(mutex_);
-    joint_expected_ = false;
+    if (joint && !rejoin && request.kind == DumpKind::oom) {
+      std::lock_guard lock(mutex_);
+      ledger_.expect_joint(voted_request_, voted_batch_, result.path);
+    }
   }
   supersede_path_.clear();
   safety_path_.clear();
@@ -605,17 +604,11 @@ void TriggerProtocol::run_dump() {
 }
 
 DumpRequest TriggerProtocol::with_late_request(const DumpRequest& asked) {
-  std::unique_lock lock(mutex_);
-  if (!awaiting_request_) return asked;
   // This rank is an origin through its oom event: another rank's trigger woke the watcher before the failing
-  // thread asked. Its request carries the job's own error text for the archive's reason: wait for it a little
-  // (the safety copy is written already; every other rank waits in the vote meanwhile, so not for long).
-  const auto bound = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200), config_.dump_timeout / 4);
-  late_request_cv_.wait_for(lock, bound, [&] { return stop_ || late_request_.has_value(); });
-  awaiting_request_ = false;
-  DumpRequest r = late_request_ ? std::move(*late_request_) : asked;
-  late_request_.reset();
-  return r;
+  // thread asked. Its request carries the job's own error text for the archive's reason (the safety copy is
+  // written already; every other rank waits in the vote meanwhile, so not for long).
+  std::unique_lock lock(mutex_);
+  return ledger_.words(lock, late_request_cv_, stop_, config_.dump_timeout).value_or(asked);
 }
 
 TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, bool is_origin,
@@ -632,7 +625,7 @@ TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, b
   v.kind = heard ? heard_kind_ : request.kind;
   v.header = executor_.header(v.kind, v.batch, is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "",
                               std::move(origins), {id_.rank});
-  v.header.dump_number = epoch_;  // the files of one dump carry one number: merge checks it
+  v.header.dump_number = ledger_.number();  // the files of one dump carry one number: merge checks it
   return v;
 }
 
@@ -750,7 +743,7 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   std::vector<std::int32_t> present(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) present[static_cast<std::size_t>(r)] = r;
   ArchiveHeader header = executor_.header(kind, batch, reason, origins, present);
-  header.dump_number = epoch_;
+  header.dump_number = ledger_.number();
   const RankRow row = executor_.rank_row(h, is_origin, request);
   timeline_.mark("tally");
   std::string path;
@@ -827,10 +820,11 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
 bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
                                     std::int64_t deadline_ns) {
   auto& msg = new_outgoing_message();
-  msg[0] = epoch_;
+  msg[0] = ledger_.number();
   {
     std::lock_guard lock(mutex_);
-    msg[1] = late_oom_ ? 1 : 0;  // this rank failed during the dump: its own follows, and the origins should stay
+    // This rank failed during the dump: its own follows, and the origins should stay.
+    msg[1] = ledger_.failed_late_in(ledger_.number()) ? 1 : 0;
   }
   for (int origin : origins) {
     if (origin == id_.rank) continue;
@@ -865,7 +859,7 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
     }
     std::array<std::int64_t, 2> done_msg{};
     MPI_Recv(done_msg.data(), 2, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
-    if (done_msg[0] == epoch_) {
+    if (done_msg[0] == ledger_.number()) {
       done.insert(status.MPI_SOURCE);
       if (done_msg[1] != 0) {
         joint = true;
@@ -884,15 +878,9 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
 void TriggerProtocol::finish(DumpResult result) {
   {
     std::lock_guard lock(mutex_);
-    if (result.kind == DumpKind::exit) exit_dumped_ = true;
-    last_result_ = std::move(result);
-    ++epoch_;
-    active_ = false;
+    ledger_.finish(std::move(result));
     active_is_origin_ = false;
-    awaiting_request_ = false;
-    late_request_.reset();
     heard_origins_.clear();
-    late_oom_ = false;
     heard_batch_ = -1;
     heard_kind_ = DumpKind::oom;
   }

@@ -16,6 +16,7 @@
 
 #include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
+#include "dump_ledger.hpp"
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
 #include "oomflight/control/config.hpp"
@@ -119,6 +120,8 @@ class TriggerProtocol final : public DumpCoordinator {
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
   void announce(const DumpRequest& request, std::int64_t batch) const;
+  // A request that returns without its dump (3 x OOMFLIGHT_DUMP_TIMEOUT passed): its error, logged.
+  DumpResult gave_up(const DumpRequest& request) const;
   // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of `kind` (the watcher, mutex_
   // held). A dump already asked for or under way covers it.
   void queue_signal_dump(DumpKind kind, const char* reason);
@@ -138,7 +141,7 @@ class TriggerProtocol final : public DumpCoordinator {
   DumpResult fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t start_ns,
                        const std::string& why, std::vector<std::int32_t> origins = {});
   // The request of this rank's failing thread, when it comes within a short wait after the watcher made this rank
-  // an origin through its oom event; else `asked` (the request made from the event).
+  // an origin through its oom event (DumpLedger::words); else `asked` (the request made from the event).
   DumpRequest with_late_request(const DumpRequest& asked);
   // DONE to the origins, who wait for every rank's. Returns (on an origin) whether a rank said it failed during
   // this dump (its own dump follows: the joint dump).
@@ -158,29 +161,19 @@ class TriggerProtocol final : public DumpCoordinator {
   bool stop_ = false;
   std::optional<Pending> pending_;       // a local request not yet taken by the watcher
   std::int64_t pending_epoch_ = 0;       // the dump the pending request belongs to
-  std::int64_t epoch_ = 0;               // dumps completed
-  bool active_ = false;                  // a dump is under way
+  DumpLedger ledger_;                    // the dumps' numbers and the rules both transports keep (mutex_)
   std::int64_t active_start_ns_ = 0;     // when it began (monotonic)
   bool watcher_exited_ = false;
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
   std::string safety_path_shared_;       // safety_path_, readable under mutex_
   bool active_is_origin_ = false;
   bool deciding_ = false;                // the watcher freezes for a dump it did not ask for; origin or not: unknown
-  bool awaiting_request_ = false;        // an origin through its oom event; its failing thread has not asked yet
-  std::optional<DumpRequest> late_request_;  // ... and then did, before the vote
-  // The oom events recorded when a dump made this rank an origin through its oom event, until its failing thread's
-  // request joins that dump (0: none waits). A request that comes after that dump finished is answered with its
-  // result, not a second dump of the same failure.
-  std::uint64_t unclaimed_oom_events_ = 0;
   SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
-  std::condition_variable late_request_cv_;
-  DumpResult last_result_;
-  std::uint64_t oom_events_covered_ = 0; // oom events already reported by an earlier dump
+  std::condition_variable late_request_cv_;  // an origin through its oom event waits here for its thread's words
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
-  bool exit_dumped_ = false;             // a dump of kind exit finished here: a later SIGTERM ends the process at once
   std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
   DumpTimeline timeline_;                // this dump's steps, logged at its end (watcher; docs/scale.md)
 
@@ -189,13 +182,9 @@ class TriggerProtocol final : public DumpCoordinator {
   std::set<int> heard_origins_;  // origins named by trigger messages in this dump
   std::int64_t heard_batch_ = -1;
   DumpKind heard_kind_ = DumpKind::oom;
-  // The joint dump: a rank that fails during another rank's dump, after its freeze, says so in its DONE message;
-  // the origins then stay (their requests do not return) for its dump, which names them too and replaces the
-  // archive they just wrote.
-  bool late_oom_ = false;            // this rank's OOM request came during a dump it was frozen for (mutex_)
-  bool joint_expected_ = false;      // an origin told of a late failure, until the joint dump (mutex_)
-  std::string joint_path_;           // the archive the joint dump replaces (mutex_)
-  std::string supersede_path_;       // ... during the joint dump (watcher)
+  // The joint dump (dump_ledger.hpp): a rank that fails during another rank's dump, after its freeze, says so in
+  // its DONE message; the origins then stay (their requests do not return) for its dump.
+  std::string supersede_path_;       // the archive the joint dump replaces, during it (watcher)
   DumpRequest voted_request_;        // this rank's request in its last vote (watcher)
   std::int64_t voted_batch_ = -1;
   std::unique_ptr<LeaveAgreement> leave_;

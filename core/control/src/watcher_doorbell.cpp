@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 namespace oomflight {
 namespace {
@@ -24,6 +25,34 @@ sockaddr_un to_sockaddr(const DoorbellAddress& a, socklen_t& length) {
 }
 
 }  // namespace
+
+std::string doorbell_text(const DoorbellAddress& address) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (std::size_t i = 0; i < address.length && i < sizeof(address.name); ++i) {
+    const auto byte = static_cast<unsigned char>(address.name[i]);
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+}
+
+std::optional<DoorbellAddress> doorbell_from_text(std::string_view text) {
+  DoorbellAddress address;
+  if (text.size() % 2 != 0 || text.size() / 2 > sizeof(address.name)) return std::nullopt;
+  const auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    const int high = digit(text[i]), low = digit(text[i + 1]);
+    if (high < 0 || low < 0) return std::nullopt;
+    address.name[i / 2] = static_cast<char>(high * 16 + low);
+  }
+  address.length = static_cast<std::uint8_t>(text.size() / 2);
+  return address;
+}
 
 WatcherDoorbell::WatcherDoorbell() {
   // Rings of this process go through an eventfd of their own: through the socket, they would share its send

@@ -22,6 +22,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace oomflight {
 
@@ -31,6 +34,14 @@ struct DoorbellAddress {
   std::uint8_t length = 0;
   char name[15] = {};
 };
+
+/// The address as text, for a value in the job's store (the store transport's hello): hex of its name bytes; ""
+/// for none.
+std::string doorbell_text(const DoorbellAddress& address);
+
+/// The address that doorbell_text wrote; nullopt when `text` is not one (odd length, not hex, too long), an empty
+/// address for "".
+std::optional<DoorbellAddress> doorbell_from_text(std::string_view text);
 
 class WatcherDoorbell {
  public:

@@ -1,0 +1,225 @@
+// DumpLedger (dump_ledger.hpp): the record of one rank's dumps and the rules on it that the MPI transport and the
+// job's store both keep (issue 40, item 1). The transports' own tests run these rules through real jobs
+// (StoreJoin, the MPI protocol tests, python.transport_parity); here each rule is pinned on its own, with the
+// interleavings a real job makes rare.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "../../core/control/src/dump_ledger.hpp"
+
+namespace oomflight {
+namespace {
+
+using namespace std::chrono_literals;
+
+DumpRequest oom_request(const std::string& reason) {
+  DumpRequest r;
+  r.kind = DumpKind::oom;
+  r.reason = reason;
+  return r;
+}
+
+DumpResult archive(const std::string& path, DumpKind kind = DumpKind::oom) {
+  DumpResult r;
+  r.status = DumpResult::Status::archive;
+  r.kind = kind;
+  r.path = path;
+  return r;
+}
+
+// A ledger under its transport's mutex, as the transports hold it.
+class DumpLedgerTest : public testing::Test {
+ protected:
+  DumpLedger ledger;
+  std::mutex m;
+  std::condition_variable cv;
+  bool stop = false;
+};
+
+TEST(DumpLedger, NumbersMoveOnOnlyForDumpsTheOtherRanksHeardOf) {
+  DumpLedger ledger;
+  EXPECT_EQ(ledger.number(), 0);
+  ledger.begin();
+  EXPECT_TRUE(ledger.under_way());
+  ledger.finish(archive("a.h5"));
+  EXPECT_FALSE(ledger.under_way());
+  EXPECT_EQ(ledger.number(), 1);
+  EXPECT_EQ(ledger.last_result().path, "a.h5");
+  ledger.begin();
+  ledger.finish(DumpResult{}, /*counted=*/false);  // its trigger reached nobody
+  EXPECT_EQ(ledger.number(), 1);
+  EXPECT_FALSE(ledger.exit_dumped());
+  ledger.begin();
+  ledger.finish(archive("exit.h5", DumpKind::exit));
+  EXPECT_TRUE(ledger.exit_dumped());
+  ledger.begin();
+  ledger.finish(archive("b.h5"));
+  EXPECT_TRUE(ledger.exit_dumped()) << "one dump per ending: a later dump does not undo it";
+}
+
+TEST(DumpLedger, AnUnreportedOomEventMakesARankAnOriginOnceAndItsLaterRequestIsAnswered) {
+  DumpLedger ledger;
+  ledger.begin();
+  EXPECT_TRUE(ledger.origin_through_event(1));
+  ledger.finish(archive("a.h5"));
+  std::string say;
+  // The failing thread asks after that dump ended (a loaded machine): the dump is its answer, and its words are said.
+  EXPECT_TRUE(ledger.answered(oom_request("CUDA out of memory"), 1, 0, say));
+  EXPECT_EQ(say, "rank 0 reports, after the dump that holds its failure: CUDA out of memory");
+  EXPECT_FALSE(ledger.answered(oom_request("again"), 1, 0, say)) << "answered once, not twice";
+
+  // The same event seen by a second dump does not make the rank an origin again.
+  ledger.begin();
+  EXPECT_FALSE(ledger.origin_through_event(1));
+  ledger.finish(archive("b.h5"));
+  EXPECT_FALSE(ledger.answered(oom_request(""), 1, 0, say));
+}
+
+TEST(DumpLedger, ANewOomEventAfterTheDumpIsNotAnsweredByIt) {
+  DumpLedger ledger;
+  ledger.begin();
+  ASSERT_TRUE(ledger.origin_through_event(2));
+  ledger.finish(archive("a.h5"));
+  std::string say;
+  EXPECT_FALSE(ledger.answered(oom_request("x"), 3, 1, say)) << "its failure came after: a dump of its own";
+  EXPECT_TRUE(ledger.unreported(3));
+  EXPECT_FALSE(ledger.unreported(2));
+  DumpRequest signal;
+  signal.kind = DumpKind::signal;
+  EXPECT_FALSE(ledger.answered(signal, 2, 1, say)) << "only an oom request is answered by an oom dump";
+}
+
+TEST_F(DumpLedgerTest, ARankThatAskedIsNoOriginThroughItsEventAndAwaitsNoWords) {
+  ledger.begin();
+  ledger.asked(4);
+  EXPECT_FALSE(ledger.unreported(4));
+  std::unique_lock lock(m);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(ledger.words(lock, cv, stop, 60s).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s) << "no wait at all when no words are awaited";
+}
+
+TEST_F(DumpLedgerTest, TheDumpTakesTheFailingThreadsWordsWhenTheyComeInTime) {
+  {
+    std::lock_guard lock(m);
+    ledger.begin();
+    ASSERT_TRUE(ledger.origin_through_event(1));
+  }
+  std::thread failing([&] {
+    std::lock_guard lock(m);
+    EXPECT_EQ(ledger.offer(oom_request("Tried to allocate 2.00 GiB"), 3),
+              "rank 3 reports, in the dump under way: Tried to allocate 2.00 GiB");
+    cv.notify_all();
+  });
+  std::optional<DumpRequest> words;
+  {
+    std::unique_lock lock(m);
+    // The offer may come before the wait or during it; a generous bound, so that a loaded machine still passes.
+    words = ledger.words(lock, cv, stop, 3600s);
+  }
+  failing.join();
+  if (words) {
+    EXPECT_EQ(words->reason, "Tried to allocate 2.00 GiB");
+  } else {
+    GTEST_SKIP() << "the failing thread did not run within 200 ms on this machine";
+  }
+  // Answered by this dump: no second one for the same failure.
+  std::lock_guard lock(m);
+  ledger.finish(archive("a.h5"));
+  std::string say;
+  EXPECT_FALSE(ledger.answered(oom_request("x"), 1, 3, say));
+}
+
+TEST_F(DumpLedgerTest, WordsOfferedBeforeTheFreezeDecidedAreKeptForTheDump) {
+  // The store transport's watcher decides after its freeze; a request that came during the freeze offered first.
+  std::unique_lock lock(m);
+  ledger.begin();
+  EXPECT_EQ(ledger.offer(oom_request(""), 0), "") << "no words, nothing to say";
+  ledger.finish(archive("a.h5"));
+  ledger.begin();
+  (void)ledger.offer(oom_request("first"), 0);
+  (void)ledger.offer(oom_request("second"), 0);
+  ASSERT_TRUE(ledger.origin_through_event(1));
+  const auto words = ledger.words(lock, cv, stop, 60s);
+  ASSERT_TRUE(words.has_value());
+  EXPECT_EQ(words->reason, "first");
+  EXPECT_FALSE(ledger.words(lock, cv, stop, 60s).has_value()) << "taken once";
+}
+
+TEST(DumpLedger, AFailureDuringADumpIsSaidOfThatDumpOnly) {
+  DumpLedger ledger;
+  ledger.begin();
+  ledger.failed_late();
+  EXPECT_TRUE(ledger.failed_late_in(0));
+  ledger.finish(archive("a.h5"));
+  EXPECT_TRUE(ledger.failed_late_in(0));
+  EXPECT_FALSE(ledger.failed_late_in(1));
+}
+
+TEST_F(DumpLedgerTest, TheJointDumpIsAwaitedAndThenNoLongerExpected) {
+  DumpRequest asked = oom_request("rank 0's words");
+  {
+    std::lock_guard lock(m);
+    ledger.begin();
+    ledger.asked(1);
+    ledger.expect_joint(asked, 7, "oom.0.h5");
+    ledger.finish(archive("oom.0.h5"));
+    ASSERT_TRUE(ledger.joint_expected());
+    EXPECT_EQ(ledger.joint_request().reason, "rank 0's words");
+    EXPECT_EQ(ledger.joint_batch(), 7);
+    EXPECT_EQ(ledger.joint_path(), "oom.0.h5");
+  }
+  std::thread joint([&] {
+    std::lock_guard lock(m);
+    ledger.begin();  // the late rank's dump, this rank an origin of it too
+    ledger.rejoined(1);
+    cv.notify_all();
+  });
+  std::thread end([&] {
+    for (;;) {
+      {
+        std::lock_guard lock(m);
+        if (ledger.under_way()) {
+          ledger.finish(archive("oom.0.h5 (joint)"));
+          cv.notify_all();
+          return;
+        }
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  DumpLedger::Joint how;
+  {
+    std::unique_lock lock(m);
+    how = ledger.await_joint(lock, cv, stop, 3600s);
+    EXPECT_EQ(ledger.last_result().path, "oom.0.h5 (joint)");
+    EXPECT_FALSE(ledger.joint_expected()) << "over: the next dump is not a joint one";
+  }
+  joint.join();
+  end.join();
+  EXPECT_EQ(how, DumpLedger::Joint::finished);
+  std::unique_lock lock(m);
+  EXPECT_EQ(ledger.await_joint(lock, cv, stop, 3600s), DumpLedger::Joint::not_expected);
+}
+
+TEST_F(DumpLedgerTest, AJointDumpThatNeverStartsIsGivenUpAfterTheTimeout) {
+  std::unique_lock lock(m);
+  ledger.begin();
+  ledger.expect_joint(oom_request("x"), 0, "oom.0.h5");
+  ledger.finish(archive("oom.0.h5"));
+  EXPECT_EQ(ledger.await_joint(lock, cv, stop, 20ms), DumpLedger::Joint::never_started);
+  EXPECT_FALSE(ledger.joint_expected()) << "the late rank died: a later dump is not a joint one";
+  ledger.begin();
+  ledger.expect_joint(oom_request("y"), 0, "oom.1.h5");
+  ledger.finish(archive("oom.1.h5"));
+  stop = true;
+  EXPECT_EQ(ledger.await_joint(lock, cv, stop, 3600s), DumpLedger::Joint::stopped);
+}
+
+}  // namespace
+}  // namespace oomflight
