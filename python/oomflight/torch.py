@@ -94,6 +94,13 @@ def _attach() -> None:
             return
         try:
             _start()
+        except Exception as e:  # noqa: BLE001 - never into training
+            # Not about the allocator's events: oomflight did not start at all (a setting that does not parse, or
+            # that differs between an MPI job's ranks), and its error says so.
+            _state["why_not"] = str(e)
+            _log("warn", f"not recording: {e}")
+            return
+        try:
             backend = torch.cuda.memory.get_allocator_backend()
             if backend != "native":
                 raise _extension.PluginError(f"the {backend} allocator backend has no trace hooks "
@@ -375,7 +382,13 @@ def install(*, mark_batches: bool = True, stacks: bool | str | None = None, **se
         _state["why_not"] = str(e)
         _log("warn", f"not recording CUDA allocator events: {e}")
         with _lock:
-            _start()  # no CUDA initialisation to wait for: start now
+            try:
+                _start()  # no CUDA initialisation to wait for: start now
+            except Exception as e:  # noqa: BLE001 - never into training
+                # oomflight did not start at all (a setting that does not parse, or that differs between an MPI
+                # job's ranks): its error says so, not as a failure of the allocator's hooks.
+                _state["why_not"] = str(e)
+                _log("warn", f"not recording: {e}")
         return False
     # After CUDA's initialisation: a tracker attached before it reaches no device allocator, and oomflight's MPI
     # is initialised only once the job has chosen its device (docs/pytorch.md).

@@ -8,9 +8,9 @@ A rank that fails during another rank's dump, after its freeze (the joint dump),
 store in tests/capi/store_join_test.cpp (StoreJoin.AnOomDuringAnotherRanksDumpGivesOneJointArchive) and under
 mpirun by tests/faults/dump_faults.py: from a Python job its timing cannot be held. What is not here yet (issue 40
 stays open): a rank killed during the dump (over MPI its peers fall back to rank-local files; over the store the
-others' files are merged without it), and settings that differ between ranks (over MPI oomflight refuses to start
-on every rank; over the store it logs the same words on every rank and each dumps alone: init_process_group must
-not wait for oomflight).
+others' files are merged without it). Settings that differ between ranks are named alike on both; what follows
+differs (over MPI oomflight starts on no rank; over the store each rank dumps alone: init_process_group must not
+wait for oomflight), and the scenario asserts what they share.
 """
 import os
 import re
@@ -48,13 +48,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def command(launcher: str, oomflight: bool, env: dict) -> list[str]:
+# A job whose ranks differ in their environment: each rank starts through this script, which sets the variables of
+# TEST_RANK_ENV ("RANK NAME=VALUE ...") on its rank, then runs the job.
+WRAPPER = textwrap.dedent("""\
+    #!/bin/sh
+    rank=${OMPI_COMM_WORLD_RANK:-$RANK}
+    if [ "$rank" = "${TEST_RANK_ENV%% *}" ]; then
+        for setting in ${TEST_RANK_ENV#* }; do export "$setting"; done
+    fi
+    exec "$TEST_PYTHON" job.py
+""")
+
+
+def command(launcher: str, oomflight: bool, env: dict, wrapped: bool = False) -> list[str]:
+    """The job under `launcher`, with or without oomflight; `wrapped`: each rank starts through ./wrap.sh."""
     if launcher == "mpirun":
         passed = [a for name in sorted(env) if name.startswith(("OOMFLIGHT_", "TEST_")) or name == "PYTHONPATH"
                   for a in ("-x", name)]
         job = ["mpirun", "-np", str(WORLD), "--oversubscribe", *passed]
-        return [*job, CLI, "run", "--", PY, "job.py"] if oomflight else [*job, PY, "job.py"]
-    job = [TORCHRUN, "--standalone", "--nproc-per-node", str(WORLD), "--monitor-interval", "0.2", "job.py"]
+        rank = ["./wrap.sh"] if wrapped else [PY, "job.py"]
+        # A wrapper is not a Python by its name: `--python` loads the package in the Python it starts.
+        return [*job, CLI, "run", *(["--python"] if wrapped else []), "--", *rank] if oomflight else [*job, *rank]
+    job = [TORCHRUN, "--standalone", "--nproc-per-node", str(WORLD), "--monitor-interval", "0.2",
+           *(["--no-python", "./wrap.sh"] if wrapped else ["job.py"])]
     return [CLI, "run", "--", *job] if oomflight else job
 
 
@@ -75,20 +91,24 @@ def archives(out: Path) -> list[Path]:
 @unittest.skipUnless(CLI, "TEST_CLI names the built oomflight")
 @unittest.skipUnless(Path(TORCHRUN).is_file(), f"no torchrun beside {PY}")
 class TransportParity(unittest.TestCase):
-    def scenario(self, body: str, **extra: str):
+    def scenario(self, body: str, rank_env: str = "", **extra: str):
         """Runs the job under each launcher, without and with oomflight; returns {launcher: (base, watched)}, each a
-        dict of rc, seconds, log and the files written."""
+        dict of rc, seconds, log and the files written. `rank_env` ("RANK NAME=VALUE ..."): settings of one rank."""
         results = {}
         for launcher in LAUNCHERS:
             pair = []
             for oomflight in (False, True):
                 cwd = scratch()
                 (cwd / "job.py").write_text(PROLOGUE + textwrap.dedent(body))
+                if rank_env:
+                    (cwd / "wrap.sh").write_text(WRAPPER)
+                    (cwd / "wrap.sh").chmod(0o755)
+                    extra = {**extra, "TEST_RANK_ENV": rank_env, "TEST_PYTHON": PY}
                 env = child_env(TEST_PORT=str(free_port()), TEST_OOMFLIGHT="1" if oomflight else "0",
                                 OOMFLIGHT_FOLDER=str(cwd / "out"), **extra)
                 started = time.monotonic()
-                result = subprocess.run(command(launcher, oomflight, env), cwd=cwd, env=env, capture_output=True,
-                                        text=True, timeout=300)
+                result = subprocess.run(command(launcher, oomflight, env, wrapped=bool(rank_env)), cwd=cwd, env=env,
+                                        capture_output=True, text=True, timeout=300)
                 pair.append({"rc": result.returncode, "seconds": time.monotonic() - started,
                              "log": result.stdout + result.stderr, "files": archives(cwd / "out")})
             results[launcher] = tuple(pair)
@@ -260,6 +280,55 @@ class TransportParity(unittest.TestCase):
             a = read_archive(watched["files"][0])
             self.assertEqual(a["attrs"]["kind"], "snapshot", launcher)
             self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
+
+    def test_snapshots_on_a_schedule_are_the_same_archives_of_every_rank(self):
+        # skip 0, every 2 batches: windows 0-1, 2-3 and 4-5 (the last closed by the job's normal end), each one
+        # archive of every rank, whichever rank reaches a window's end last.
+        results = self.scenario("""
+            if os.environ["TEST_OOMFLIGHT"] == "1":  # the job without oomflight does not import it
+                import oomflight
+                for batch in range(1, 6):
+                    oomflight.record("alloc", 0, 0x10000000 * (rank + 1) + 512 * batch, 512)
+                    if rank == batch % 4:
+                        time.sleep(0.2)  # a different rank last at each window's end
+                    oomflight.mark_batch(batch)
+                    dist.barrier()
+            time.sleep(1)
+        """, OOMFLIGHT_SKIP_BATCHES="0", OOMFLIGHT_SNAPSHOT_EVERY="2ba")
+        self.assert_like_the_job_without(results)
+        for launcher, (_, watched) in results.items():
+            files = watched["files"]
+            self.assertEqual(len(files), 3, f"{launcher}: {files}\n{watched['log'][-3000:]}")
+            windows = []
+            for f in files:
+                a = read_archive(f)
+                self.assertEqual(a["attrs"]["kind"], "snapshot", launcher)
+                self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), f"{launcher} {f}")
+                windows.append((int(a["attrs"]["window_first_batch"]), int(a["attrs"]["window_last_batch"])))
+            self.assertEqual(sorted(windows), [(0, 1), (2, 3), (4, 5)], launcher)
+
+    def test_settings_that_differ_are_named_on_every_rank_and_the_job_runs_as_without(self):
+        # Rank 1 alone skips 7 batches before a snapshot window: the ranks must not coordinate dumps on settings that
+        # differ. Both launchers name the variable, its values and ranks on every rank, in one set of words
+        # (agreed_settings.hpp), and the job runs as without oomflight. What each does next differs, and is written
+        # down (docs/protocol.md, "One coordinator, two transports"): over MPI oomflight starts on no rank (it agrees
+        # at init, before any rank records); over the store every rank already records, and dumps alone.
+        results = self.scenario("""
+            if os.environ["TEST_OOMFLIGHT"] == "1":  # on the CPU under mpirun, oomflight starts at its first use
+                import oomflight
+                try:
+                    oomflight.record("alloc", 0, 0x10000000 * (rank + 1), 512)
+                except oomflight.OomflightError:  # over MPI oomflight did not start (it said why once)
+                    pass
+            time.sleep(2)  # the store transport's agreement, on its watchers
+        """, rank_env="1 OOMFLIGHT_SKIP_BATCHES=7")
+        self.assert_like_the_job_without(results)
+        for launcher, (base, watched) in results.items():
+            self.assertEqual(base["rc"], 0, f"{launcher}: the premise\n{base['log'][-3000:]}")
+            self.assertEqual(watched["files"], [], f"{launcher}:\n{watched['log'][-3000:]}")
+            said = re.findall(r"OOMFLIGHT_SKIP_BATCHES differs between ranks: unset on ranks 0, 2-3; 7 on rank 1",
+                              watched["log"])
+            self.assertEqual(len(said), WORLD, f"{launcher}:\n{watched['log'][-4000:]}")
 
     def test_sigterm_to_every_rank_with_dump_on_exit_is_one_exit_archive(self):
         # A scheduler's teardown: SIGTERM to every rank at once. One exit archive of every rank, and each rank ends

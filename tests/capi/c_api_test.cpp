@@ -27,6 +27,7 @@ namespace {
 std::string last_error() { return oomflight_last_error(); }
 
 TEST(CApiWithoutInit, VersionAbiAndStateErrors) {
+  (void)oomflight_shutdown();  // whatever ran before in this process: from here, nothing was started
   EXPECT_EQ(oomflight_abi_version(), OOMFLIGHT_ABI_VERSION);
   EXPECT_STREQ(oomflight_version(), OOMFLIGHT_VERSION_STRING);
   EXPECT_EQ(oomflight_launched_by_mpi(), 0);  // ctest is no MPI launcher
@@ -102,6 +103,14 @@ TEST_F(CApi, ABadSettingIsEconfigNamingTheVariable) {
   setenv("OOMFLIGHT_MAX_ENTRIES", "lots", 1);
   EXPECT_EQ(oomflight_init(), OOMFLIGHT_ECONFIG);
   EXPECT_NE(last_error().find("OOMFLIGHT_MAX_ENTRIES='lots'"), std::string::npos) << last_error();
+  // The job's later calls say why oomflight is not there, not that nobody started it.
+  EXPECT_EQ(oomflight_record(OOMFLIGHT_ALLOC, 0, 1, 2, 0, -1), OOMFLIGHT_ESTATE);
+  EXPECT_NE(last_error().find("oomflight_record: oomflight did not start: "), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("OOMFLIGHT_MAX_ENTRIES='lots'"), std::string::npos) << last_error();
+  EXPECT_EQ(oomflight_shutdown(), OOMFLIGHT_ESTATE);
+  EXPECT_EQ(oomflight_mark_batch(1), OOMFLIGHT_ESTATE);
+  EXPECT_NE(last_error().find("oomflight_init was not called (or oomflight_shutdown was)"), std::string::npos)
+      << last_error();
 }
 
 TEST_F(CApi, InitTwiceIsEstate) {

@@ -126,7 +126,20 @@ int failf(int code, fmt::format_string<Args...> format, Args&&... args) noexcept
   }
 }
 
+// Why the last oomflight_init of this process failed ("" after one that succeeded): a call made without a session
+// then says so, rather than that init was never called (a settings mismatch under mpirun stops oomflight on every
+// rank, and the job's later calls named the wrong cause).
+std::mutex g_init_failure_mutex;
+std::string g_init_failure;
+
 int not_initialised(const char* function) noexcept {
+  std::string why;
+  try {
+    std::lock_guard lock(g_init_failure_mutex);
+    why = g_init_failure;
+  } catch (...) {
+  }
+  if (!why.empty()) return failf(OOMFLIGHT_ESTATE, "{}: oomflight did not start: {}", function, why);
   return failf(OOMFLIGHT_ESTATE, "{}: oomflight_init was not called (or oomflight_shutdown was)", function);
 }
 
@@ -424,10 +437,30 @@ const char* oomflight_version(void) { return OOMFLIGHT_VERSION_STRING; }
 
 int oomflight_launched_by_mpi(void) { return oomflight::launched_by_mpi() ? 1 : 0; }
 
-int oomflight_init(void) { return init_session(nullptr, nullptr, 0, "oomflight_init"); }
+void forget_init_failure() noexcept {
+  try {
+    std::lock_guard lock(g_init_failure_mutex);
+    g_init_failure.clear();
+  } catch (...) {
+  }
+}
+
+// init_session, remembering why it failed for the calls that follow without a session (not_initialised).
+int start_session(const char* const* names, const char* const* values, size_t count, const char* function) noexcept {
+  const int rc = init_session(names, values, count, function);
+  if (rc == OOMFLIGHT_ESTATE && live_session() != nullptr) return rc;  // already initialised: the session stands
+  try {
+    std::lock_guard lock(g_init_failure_mutex);
+    g_init_failure = rc == OOMFLIGHT_OK ? std::string() : std::string(oomflight_last_error());
+  } catch (...) {
+  }
+  return rc;
+}
+
+int oomflight_init(void) { return start_session(nullptr, nullptr, 0, "oomflight_init"); }
 
 int oomflight_init_settings(const char* const* names, const char* const* values, size_t count) {
-  return init_session(names, values, count, "oomflight_init_settings");
+  return start_session(names, values, count, "oomflight_init_settings");
 }
 
 int oomflight_rank(int* rank, int* world_size) {
@@ -874,7 +907,10 @@ int oomflight_leave_store(const char* reason) {
   return OOMFLIGHT_OK;
 }
 
-int oomflight_shutdown(void) { return end_session(oomflight::Session::End::requested, "oomflight_shutdown"); }
+int oomflight_shutdown(void) {
+  forget_init_failure();  // from here, a call without a session is one after oomflight_shutdown
+  return end_session(oomflight::Session::End::requested, "oomflight_shutdown");
+}
 
 int oomflight_end(int exit_status) {
   return end_session(exit_status == 0 ? oomflight::Session::End::normal : oomflight::Session::End::error,
