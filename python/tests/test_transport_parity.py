@@ -6,9 +6,9 @@ ranks and origins they name, the job's exit status and its wall time against the
 Under mpirun the job takes torch.distributed's env:// variables from Open MPI's, so that it is the same script.
 A rank that fails during another rank's dump, after its freeze (the joint dump), is timed by a hook of the
 store in tests/capi/store_join_test.cpp (StoreJoin.AnOomDuringAnotherRanksDumpGivesOneJointArchive) and under
-mpirun by tests/faults/dump_faults.py: from a Python job its timing cannot be held. What is not here yet (issue 40
-stays open): a rank killed during the dump (over MPI its peers fall back to rank-local files; over the store the
-others' files are merged without it). Settings that differ between ranks are named alike on both; what follows
+mpirun by tests/faults/dump_faults.py: from a Python job its timing cannot be held. A rank killed during the
+dump ends in files of another shape on each (over MPI its peers' rank-local files; over the store the others' files
+merged without it): the scenario asserts what both keep, every other rank's history on disk. Settings that differ between ranks are named alike on both; what follows
 differs (over MPI oomflight starts on no rank; over the store each rank dumps alone: init_process_group must not
 wait for oomflight), and the scenario asserts what they share.
 """
@@ -219,6 +219,50 @@ class TransportParity(unittest.TestCase):
                       for launcher in LAUNCHERS)
         self.assertIn("origin: ranks 2, 3\n", mpi)
         self.assertEqual(mpi, store)
+
+    def test_a_rank_killed_during_the_dump_leaves_every_other_ranks_history_on_disk(self):
+        # Rank 2 runs out of memory; rank 3 kills itself (SIGKILL) once ranks 0-2 have written their files of that
+        # dump (their rank-local files, which a dump writes before it waits on anyone), or at once when the dump
+        # is over first (the files are gone into the archive: a valid interleaving too). The launchers then end
+        # the job, each its own way: mpirun kills the other ranks, so the files stay rank-local (MPI's collective
+        # write cannot finish without rank 3); torchrun's agent sends SIGTERM, and the store transport finishes the
+        # dump without rank 3 (docs/protocol.md, "One coordinator, two transports"). Both keep the promise: every
+        # rank that froze its history has it on disk, and nothing waits for the dead rank's deadline.
+        results = self.scenario("""
+            import glob, signal
+            folder = os.environ["OOMFLIGHT_FOLDER"]
+            if os.environ["TEST_OOMFLIGHT"] == "1":
+                import oomflight
+                for i in range(20000):  # a history worth writing: the files take a little while
+                    oomflight.record("alloc", 0, 0x10000000 * (rank + 1) + 512 * i, 512)
+            dist.barrier()
+            if rank == 2:
+                time.sleep(0.5)
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+            if rank == 3:
+                def written(r):
+                    return glob.glob(os.path.join(folder, "**", f"*.rank{r}.h5"), recursive=True)
+                for _ in range(20000):
+                    if all(written(r) for r in range(3)) or glob.glob(os.path.join(folder, "**", "oom.*[0-9].h5"),
+                                                                       recursive=True):
+                        break
+                    time.sleep(0.001)
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(5)
+        """)
+        for launcher, (base, watched) in results.items():
+            self.assertNotEqual(base["rc"], 0, f"{launcher}: the premise")
+            self.assertNotEqual(watched["rc"], 0, f"{launcher}:\n{watched['log'][-3000:]}")
+            # Not a timing threshold: a wait for the dead rank is OOMFLIGHT_DUMP_TIMEOUT (30 s).
+            self.assertLess(watched["seconds"], base["seconds"] + 10, f"{launcher}:\n{watched['log'][-3000:]}")
+            on_disk = set()
+            for f in watched["files"]:
+                a = read_archive(f)
+                self.assertEqual(a["attrs"]["kind"], "oom", f"{launcher} {f}")
+                self.assertIn(2, [int(r) for r in a["attrs"]["origin_ranks"]], f"{launcher} {f}")
+                on_disk |= {int(r) for r in a["attrs"]["ranks_present"]}
+            self.assertLessEqual({0, 1, 2}, on_disk, f"{launcher}: {watched['files']}\n{watched['log'][-4000:]}")
+            print(f"{launcher}: {[f.name for f in watched['files']]}, ranks on disk {sorted(on_disk)}", flush=True)
 
     def test_an_oom_after_another_ranks_dump_is_a_second_archive(self):
         # Rank 2 runs out of memory and goes on (a caught OOM, as a trainer that skips the batch does); rank 3 fails
