@@ -5,6 +5,7 @@
 
 #include <exception>
 
+#include "dump_words.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/format/archive_writer.hpp"
@@ -46,6 +47,14 @@ void settle_no_file(DumpResult& r, const std::string& summary, const std::string
   r.status = DumpResult::Status::failed;
   r.error = why;
   log().error("{}; no file written: {}", summary, why);
+}
+
+DumpResult gave_up_waiting(DumpKind kind, std::chrono::milliseconds dump_timeout) {
+  DumpResult r;
+  r.kind = kind;
+  r.error = gave_up_on_the_dump_text(dump_timeout);
+  log().error("{}", r.error);
+  return r;
 }
 
 }  // namespace oomflight

@@ -4,6 +4,7 @@
 // the store transport's said these differently (only the MPI one said how to merge).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "oomflight/control/dump_request.hpp"
@@ -28,5 +29,9 @@ void settle_rank_local(DumpResult& r, const std::string& summary, const std::str
 /// No file holds this rank's history: r.status failed, r.error `why`, said at error level ("<summary>; no file
 /// written: <why>"). Never throws but std::bad_alloc.
 void settle_no_file(DumpResult& r, const std::string& summary, const std::string& why);
+
+/// A request that waited for a dump returns without it (3 x `dump_timeout`, OOMFLIGHT_DUMP_TIMEOUT, passed): a failed
+/// result of `kind` whose error is gave_up_on_the_dump_text(), said at error level. Never throws but std::bad_alloc.
+DumpResult gave_up_waiting(DumpKind kind, std::chrono::milliseconds dump_timeout);
 
 }  // namespace oomflight

@@ -374,7 +374,7 @@ void StoreProtocol::end_on_sigterm() {
   std::int64_t reached = 0;
   {
     std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });  // a dump under way ends first
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });  // a dump under way first
     reached = ledger_.number();
   }
   // The process ends on a signal: no dump after this one may wait for it (the others learn it now, not at their
@@ -671,13 +671,7 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     if (request.kind == DumpKind::oom) ++oom_requests_waiting_;  // say_done asks whether one waits
     const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });
     if (request.kind == DumpKind::oom) --oom_requests_waiting_;
-    if (!ended) {
-      DumpResult r;
-      r.kind = request.kind;
-      r.error = gave_up_on_the_dump_text(config_.dump_timeout);  // the MPI transport's words
-      log().error("{}", r.error);
-      return r;
-    }
+    if (!ended) return gave_up_waiting(request.kind, config_.dump_timeout);
   }
   // A failure of this rank that came during the last dump, after its freeze, and was said in time (say_done): that
   // dump's origins stay for this rank's dump, which names them too and replaces their archive (the joint dump).
@@ -1089,13 +1083,7 @@ DumpResult StoreProtocol::await_joint(std::unique_lock<std::mutex>& lock) {
   if (watcher_id_ == std::this_thread::get_id()) return ledger_.last_result();
   switch (ledger_.await_joint(lock, cv_, stop_, config_.dump_timeout)) {
     case DumpLedger::Joint::never_started: log().warn("{}", kJointNeverStartedText); break;
-    case DumpLedger::Joint::unfinished: {
-      DumpResult r;
-      r.kind = ledger_.last_result().kind;
-      r.error = gave_up_on_the_dump_text(config_.dump_timeout);
-      log().error("{}", r.error);
-      return r;
-    }
+    case DumpLedger::Joint::unfinished: return gave_up_waiting(ledger_.last_result().kind, config_.dump_timeout);
     default: break;
   }
   return ledger_.last_result();
@@ -1174,7 +1162,8 @@ void StoreProtocol::shutdown(bool normal) {
   bool agreed = false;
   {
     std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });  // the dump under way ends first
+    // The dump under way ends first.
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });
     stop_ = true;
     reached = ledger_.number();
     agreed = state_ != State::off;

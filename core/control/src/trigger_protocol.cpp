@@ -166,9 +166,10 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
     // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
     // it is left behind, so that the job's own error ends the process instead of oomflight keeping it alive.
-    const auto bound = std::chrono::nanoseconds(ledger_.under_way() ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) -
-                                                              monotonic_ns()
-                                                        : to_ns(config_.dump_timeout));
+    const std::int64_t left_ns = ledger_.under_way()
+                                     ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) - monotonic_ns()
+                                     : to_ns(config_.dump_timeout);
+    const auto bound = std::chrono::nanoseconds(left_ns);
     abandoned_ = !done_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
                                  [&] { return watcher_exited_; });
     stuck_safety_path = safety_path_shared_;
@@ -287,20 +288,12 @@ std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
     // well, replacing the archive just written. Returning now would end the job before it (the joint dump).
     switch (ledger_.await_joint(lock, done_, stop_, config_.dump_timeout)) {
       case DumpLedger::Joint::never_started: log().warn("{}", kJointNeverStartedText); break;
-      case DumpLedger::Joint::unfinished: return gave_up(request);
+      case DumpLedger::Joint::unfinished: return gave_up_waiting(request.kind, config_.dump_timeout);
       default: break;
     }
     return ledger_.last_result();
   }
-  return gave_up(request);
-}
-
-DumpResult TriggerProtocol::gave_up(const DumpRequest& request) const {
-  DumpResult r;
-  r.kind = request.kind;
-  r.error = gave_up_on_the_dump_text(config_.dump_timeout);
-  log().error("{}", r.error);
-  return r;
+  return gave_up_waiting(request.kind, config_.dump_timeout);
 }
 
 void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
@@ -451,7 +444,7 @@ bool TriggerProtocol::poll_trigger_message() {
   if (!arrived) return false;
   const TriggerMessage msg = incoming_;
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
-  if (msg.epoch < ledger_.number()) return false;  // a second origin's trigger for a dump that is already written
+  if (msg.epoch < ledger_.number()) return false;  // a second origin's trigger for a dump already written
   if (heard_origins_.empty() && msg.kind >= 0 && msg.kind < kDumpKindCount) heard_kind_ = static_cast<DumpKind>(msg.kind);
   heard_origins_.insert(msg.origin);
   if (heard_batch_ < 0) heard_batch_ = msg.batch;

@@ -120,8 +120,6 @@ class TriggerProtocol final : public DumpCoordinator {
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
   void announce(const DumpRequest& request, std::int64_t batch) const;
-  // A request that returns without its dump (3 x OOMFLIGHT_DUMP_TIMEOUT passed): its error, logged.
-  DumpResult gave_up(const DumpRequest& request) const;
   // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of `kind` (the watcher, mutex_
   // held). A dump already asked for or under way covers it.
   void queue_signal_dump(DumpKind kind, const char* reason);
