@@ -38,6 +38,7 @@ import h5py
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from fixtures import DEVICE_MEMORY, OOM_MESSAGE, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+from rank_processes import replay_pid  # noqa: E402
 
 CLI = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else ""
 TRACE = OWN_SNAPSHOT
@@ -81,23 +82,6 @@ def finish(proc) -> tuple[str, float]:
     return out, time.monotonic() - start
 
 
-def rank_pid(rank: int) -> int | None:
-    """The replay process of `rank` (mpirun puts OMPI_COMM_WORLD_RANK in its environment)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"replay" not in cmdline:
-                continue
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-            return int(pid)
-    return None
-
-
 def signal_when(path: Path, rank: int, sig: int, sent: dict) -> threading.Event:
     """Sends `sig` to `rank` as soon as a file matching `path` exists (its name may be a glob: a partial archive is
     named NAME.JOB.partial; a rank-local file exists only once complete). The rank's pid is found first: the dump
@@ -110,7 +94,7 @@ def signal_when(path: Path, rank: int, sig: int, sent: dict) -> threading.Event:
         deadline = time.monotonic() + 90
         pid = None
         while time.monotonic() < deadline and pid is None and not done.is_set():
-            pid = rank_pid(rank)
+            pid = replay_pid(rank, path.parent)
             if pid is None:
                 time.sleep(0.01)
         def seen() -> bool:

@@ -20,26 +20,13 @@ import h5py
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from fixtures import DEVICE_MEMORY, OWN_SNAPSHOT, SMALL_DEVICE_MEMORY  # noqa: E402  (tests/support)
+from rank_processes import replay_pid  # noqa: E402
 CLI = os.path.abspath(sys.argv[1])
 TRACE = OWN_SNAPSHOT  # the demo's step (tests/support/fixtures.py)
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("OOMFLIGHT_")},
        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
-
-
-def replay_pid(rank: int):
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"replay" in cmd and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-            return int(pid)
-    return None
 
 
 def catches(pid: int, bit: int = SIGUSR1_BIT) -> bool:
@@ -69,18 +56,20 @@ class SignalDump(unittest.TestCase):
     def test_sigusr1_to_one_rank_dumps_every_rank_and_training_goes_on(self):
         work = Path(tempfile.mkdtemp(prefix="oomflight-signal-"))
         cmd = ["mpirun", "--oversubscribe", "-np", "4", CLI, "run", "--run-name", "sig", "--", CLI, "replay", TRACE,
-               "--device-memory", DEVICE_MEMORY, "--steps", "5000"]
+               "--device-memory", DEVICE_MEMORY, "--steps", "20000"]
         proc = subprocess.Popen(cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         # Rank 1, once its session is up (before that, SIGUSR1's default action would kill it).
         deadline = time.monotonic() + 60
         pid = None
         while time.monotonic() < deadline and not (pid and catches_sigusr1(pid)):
-            pid = replay_pid(1)
+            pid = replay_pid(1, work)
             time.sleep(0.01)
         self.assertTrue(pid and catches_sigusr1(pid), "rank 1 never installed its SIGUSR1 handler")
-        # Into the training loop: reading the 0.75 MB trace takes about 0.05 s of CPU, a step about 2 ms.
-        while time.monotonic() < deadline and cpu_seconds(pid) < 1.0:
+        # Into the training loop: reading the 0.75 MB trace takes about 0.05 s of CPU, a step about 0.2 ms (20,000
+        # steps: about 4 s of CPU a rank, so that the burst below lands well before the job's end; with 5,000 steps
+        # and a 1 s mark the burst met a rank that had just ended, on a fast run).
+        while time.monotonic() < deadline and cpu_seconds(pid) < 0.5:
             time.sleep(0.01)
         # A burst, as a script in a loop sends it: one dump (OOMFLIGHT_SIGNAL_DUMP_INTERVAL, 10 s by default).
         for _ in range(30):
@@ -89,7 +78,7 @@ class SignalDump(unittest.TestCase):
         out, _ = proc.communicate(timeout=300)
         self.assertEqual(proc.returncode, 0, out)
         for rank in range(4):
-            self.assertIn(f"rank {rank}: replayed 5000 step(s)", out, "training must go on after the dump")
+            self.assertIn(f"rank {rank}: replayed 20000 step(s)", out, "training must go on after the dump")
         self.assertIn("oomflight[rank 1] info: rank 1 asked for a signal dump at batch", out)
         self.assertEqual(out.count("asked for a signal dump at batch"), 2, out)  # its start and its end, once
         skipped = [line for line in out.splitlines() if "skipped (OOMFLIGHT_SIGNAL_DUMP_INTERVAL=10.000 s)" in line]
@@ -97,7 +86,7 @@ class SignalDump(unittest.TestCase):
         archives = sorted((work / "sig" / "oomflight").glob("*.h5"))
         self.assertEqual(len(archives), 1, f"{archives}\n{out}")
         self.assertRegex(archives[0].name, r"^signal\.\d+\.h5$")
-        peak = re.search(r"rank 0: replayed 5000 step\(s\) of .*: peak reserved [\d.]+ GiB of 8.00 GiB, "
+        peak = re.search(r"rank 0: replayed 20000 step\(s\) of .*: peak reserved [\d.]+ GiB of 8.00 GiB, "
                          r"peak allocated ([\d.]+) GiB", out)
         self.assertTrue(peak, out)
         with h5py.File(archives[0], "r") as f:
@@ -134,7 +123,7 @@ class SignalDump(unittest.TestCase):
         deadline = time.monotonic() + 60
         pids = []
         while time.monotonic() < deadline and not (len(pids) == 4 and all(catches(p, SIGTERM_BIT) for p in pids)):
-            pids = [p for p in (replay_pid(r) for r in range(4)) if p]
+            pids = [p for p in (replay_pid(r, work) for r in range(4)) if p]
             time.sleep(0.01)
         self.assertEqual(len(pids), 4, "the four ranks never installed their SIGTERM handler")
         while time.monotonic() < deadline and cpu_seconds(pids[0]) < 1.0:
@@ -166,7 +155,7 @@ class SignalDump(unittest.TestCase):
         deadline = time.monotonic() + 60
         pid = None
         while time.monotonic() < deadline and not (pid and catches_sigusr1(pid)):
-            pid = replay_pid(0)
+            pid = replay_pid(0, work)
             time.sleep(0.01)
         self.assertTrue(pid and catches_sigusr1(pid), "the session never started")
         self.assertFalse(catches(pid, SIGTERM_BIT), "oomflight must not catch SIGTERM unless asked to")

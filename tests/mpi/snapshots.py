@@ -33,6 +33,7 @@ import h5py
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from fixtures import need  # noqa: E402  (tests/support)
+from rank_processes import replay_pid  # noqa: E402
 
 CLI, SNAPSHOTS = os.path.abspath(sys.argv[1]), sys.argv[2]
 TRACE = os.path.join(SNAPSHOTS, "transformer-lm-fullstep-ctx128.pickle")
@@ -56,21 +57,6 @@ def run(work: Path, run_name: str, settings: dict) -> str:
     r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout + r.stderr
-
-
-def rank_pid(rank: int) -> int | None:
-    """The replay process of `rank` (mpirun puts OMPI_COMM_WORLD_RANK in its environment)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            if b"replay" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue
-            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                return int(pid)
-        except OSError:
-            continue
-    return None
 
 
 def events(path: Path) -> dict:
@@ -119,7 +105,7 @@ class Snapshots(unittest.TestCase):
         pid, stopped = None, False
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            pid = pid or rank_pid(1)
+            pid = pid or replay_pid(1, self.work)
             if pid and any(folder.glob("*.partial")):
                 os.kill(pid, signal.SIGSTOP)
                 stopped = True
@@ -227,7 +213,7 @@ class SignalBetweenWrites(unittest.TestCase):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (folder / "snapshot.2.h5").exists():
             time.sleep(0.02)
-        pid = rank_pid(3)
+        pid = replay_pid(3, work)
         self.assertIsNotNone(pid)
         os.kill(pid, signal.SIGUSR1)
         out, _ = proc.communicate(timeout=120)
