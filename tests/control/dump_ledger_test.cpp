@@ -202,7 +202,9 @@ TEST_F(DumpLedgerTest, TheJointDumpIsAwaitedAndThenNoLongerExpected) {
   }
   joint.join();
   end.join();
-  EXPECT_EQ(how, DumpLedger::Joint::finished);
+  // The joint dump may also have begun and ended before the wait began (then no longer expected): either way the
+  // answer is the joint dump's result, as asserted above.
+  EXPECT_TRUE(how == DumpLedger::Joint::finished || how == DumpLedger::Joint::not_expected) << static_cast<int>(how);
   std::unique_lock lock(m);
   EXPECT_EQ(ledger.await_joint(lock, cv, stop, 3600s), DumpLedger::Joint::not_expected);
 }
