@@ -161,6 +161,103 @@ TEST(DumpLedger, AFailureDuringADumpIsSaidOfThatDumpOnly) {
   EXPECT_FALSE(ledger.failed_late_in(1));
 }
 
+TEST(DumpLedger, AFailureSaidLateOnlyWhileTheDumpsEndHasNotSaidItYet) {
+  DumpLedger ledger;
+  ledger.begin();
+  ledger.failed_late();
+  EXPECT_TRUE(ledger.says_late());
+  ledger.finish(archive("a.h5"));
+  ledger.begin();
+  EXPECT_FALSE(ledger.says_late()) << "dump 1's end: no failure yet";
+  ledger.failed_late();  // after that end: the origins are gone, so the failure's own dump is not a joint one
+  EXPECT_FALSE(ledger.failed_late_in(1));
+}
+
+// join(): what a request does, the one rule both transports carry out.
+TEST(DumpLedger, ARequestAsksForADumpWhenNoneIsUnderWayAndNoneHoldsItsFailure) {
+  DumpLedger ledger;
+  std::string say = "stale";
+  EXPECT_EQ(ledger.join(oom_request("torch.OutOfMemoryError"), 1, 2, say), DumpLedger::Turn::asks);
+  EXPECT_EQ(say, "");
+}
+
+TEST(DumpLedger, ARequestJoinsTheDumpUnderWayThatCountsItsRankAnOrigin) {
+  DumpLedger ledger;
+  std::string say;
+  ledger.begin();
+  EXPECT_TRUE(ledger.deciding()) << "until the freeze says whether this rank is an origin";
+  EXPECT_FALSE(ledger.origin_of_under_way());
+  ASSERT_TRUE(ledger.origin_through_event(1));  // another rank's trigger reached the watcher first
+  ledger.decided();
+  EXPECT_TRUE(ledger.origin_of_under_way());
+  EXPECT_EQ(ledger.join(oom_request("torch.OutOfMemoryError: CUDA out of memory"), 1, 3, say),
+            DumpLedger::Turn::joins);
+  EXPECT_EQ(say, "rank 3 reports, in the dump under way: torch.OutOfMemoryError: CUDA out of memory");
+  EXPECT_FALSE(ledger.failed_late_in(0));
+  ledger.finish(archive("a.h5"));
+  EXPECT_FALSE(ledger.origin_of_under_way());
+  EXPECT_EQ(ledger.join(oom_request("again"), 1, 3, say), DumpLedger::Turn::asks)
+      << "its failure was offered to the dump under way: no later request is answered by that dump";
+}
+
+TEST(DumpLedger, AnOomRequestWhoseFailureCameAfterTheFreezeFollowsTheDumpUnderWay) {
+  DumpLedger ledger;
+  std::string say;
+  ledger.begin();
+  EXPECT_FALSE(ledger.origin_through_event(0));  // no oom event in this rank's freeze: another rank's dump
+  ledger.decided();
+  EXPECT_EQ(ledger.join(oom_request("torch.OutOfMemoryError"), 1, 1, say), DumpLedger::Turn::follows);
+  EXPECT_EQ(say, "");
+  EXPECT_TRUE(ledger.says_late()) << "its end asks the dump's origins to stay (the joint dump)";
+  ledger.finish(archive("oom.0.h5"));
+  ledger.begin();
+  EXPECT_FALSE(ledger.origin_through_event(0));
+  ledger.decided();
+  EXPECT_EQ(ledger.join(oom_request("a CPU job's failure: no allocator event"), 0, 1, say), DumpLedger::Turn::follows)
+      << "a request with no oom event is the failure itself";
+}
+
+TEST(DumpLedger, AnythingElseDuringADumpIsCoveredByIt) {
+  DumpLedger ledger;
+  std::string say;
+  ledger.begin();
+  EXPECT_FALSE(ledger.origin_through_event(0));
+  ledger.decided();
+  DumpRequest asked;  // the API's dump (oomflight.dump()), or SIGUSR1's
+  asked.kind = DumpKind::signal;
+  asked.reason = "asked by the job";
+  EXPECT_EQ(ledger.join(asked, 0, 1, say), DumpLedger::Turn::covered);
+  EXPECT_EQ(say, "rank 1 reports, in the dump under way: asked by the job");
+  DumpRequest exit;
+  exit.kind = DumpKind::exit;
+  EXPECT_EQ(ledger.join(exit, 0, 1, say), DumpLedger::Turn::covered) << "one dump per ending";
+  EXPECT_FALSE(ledger.says_late());
+}
+
+TEST(DumpLedger, ARequestWhileTheDumpIsStillDecidingIsCoveredNotASecondDump) {
+  // The transports wait for decided() first, within a bound; past it the request is not a second dump.
+  DumpLedger ledger;
+  std::string say;
+  ledger.begin();
+  EXPECT_EQ(ledger.join(oom_request("words"), 1, 0, say), DumpLedger::Turn::covered);
+  ASSERT_TRUE(ledger.origin_through_event(1));  // ... and its words are kept for the dump
+  ledger.decided();
+  ledger.finish(archive("a.h5"));
+  EXPECT_FALSE(ledger.says_late());
+}
+
+TEST(DumpLedger, AFinishedDumpThatHoldsTheFailureAnswersItsLateRequest) {
+  DumpLedger ledger;
+  std::string say;
+  ledger.begin();
+  ASSERT_TRUE(ledger.origin_through_event(1));
+  ledger.decided();
+  ledger.finish(archive("oom.0.h5"));
+  EXPECT_EQ(ledger.join(oom_request("torch.OutOfMemoryError"), 1, 2, say), DumpLedger::Turn::answered);
+  EXPECT_EQ(say, "rank 2 reports, after the dump that holds its failure: torch.OutOfMemoryError");
+  EXPECT_EQ(ledger.last_result().path, "oom.0.h5");
+}
+
 TEST_F(DumpLedgerTest, TheJointDumpIsAwaitedAndThenNoLongerExpected) {
   DumpRequest asked = oom_request("rank 0's words");
   {

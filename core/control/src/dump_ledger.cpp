@@ -7,10 +7,18 @@
 
 namespace oomflight {
 
+void DumpLedger::begin() {
+  under_way_ = true;
+  deciding_ = true;
+  origin_ = false;
+}
+
 void DumpLedger::finish(DumpResult result, bool counted) {
   exit_dumped_ = exit_dumped_ || result.kind == DumpKind::exit;
   last_result_ = std::move(result);
   under_way_ = false;
+  deciding_ = false;
+  origin_ = false;
   awaiting_words_ = false;
   words_.reset();
   if (counted) ++number_;
@@ -20,14 +28,17 @@ void DumpLedger::finish(DumpResult result, bool counted) {
 void DumpLedger::asked(std::uint64_t oom_events) {
   oom_events_covered_ = std::max(oom_events_covered_, oom_events);
   unclaimed_oom_events_ = 0;
+  origin_ = true;
 }
 
 void DumpLedger::rejoined(std::uint64_t oom_events) {
   oom_events_covered_ = std::max(oom_events_covered_, oom_events);
+  origin_ = true;
 }
 
 bool DumpLedger::origin_through_event(std::uint64_t oom_events) {
   const bool origin = oom_events > oom_events_covered_;
+  origin_ = origin;
   if (origin) oom_events_covered_ = oom_events;
   // A request of the failing thread that comes after this dump finished finds its failure in it (answered()).
   unclaimed_oom_events_ = origin ? oom_events : 0;
@@ -43,6 +54,29 @@ std::string DumpLedger::offer(const DumpRequest& request, int rank) {
   }
   if (request.reason.empty()) return {};
   return fmt::format("rank {} reports, in the dump under way: {}", rank, request.reason);
+}
+
+DumpLedger::Turn DumpLedger::join(const DumpRequest& request, std::uint64_t oom_events_now, int rank,
+                                  std::string& say) {
+  say.clear();
+  if (under_way_) {
+    if (origin_) {
+      say = offer(request, rank);
+      return Turn::joins;
+    }
+    // Not an origin of it (or not known yet: deciding_). A failure is this rank's own dump, after this one: the
+    // freeze that made this rank no origin did not hold it (on a GPU its oom event came after the freeze; without
+    // the allocator's hooks, a CPU job's, there is no event at all, and the request is the failure). Anything else
+    // (the API's dump, a signal's) is answered by the dump under way, which holds every rank's history: a second
+    // archive would hold the same.
+    if (!deciding_ && request.kind == DumpKind::oom) {
+      failed_late();
+      return Turn::follows;
+    }
+    say = offer(request, rank);
+    return Turn::covered;
+  }
+  return answered(request, oom_events_now, rank, say) ? Turn::answered : Turn::asks;
 }
 
 bool DumpLedger::answered(const DumpRequest& request, std::uint64_t oom_events_now, int rank, std::string& say) {

@@ -38,8 +38,22 @@ class DumpLedger {
   /// Whether a dump is under way on this rank (begin() to finish()).
   bool under_way() const { return under_way_; }
 
-  /// A dump begins on this rank: dump number(). The caller owns it until finish().
-  void begin() { under_way_ = true; }
+  /// A dump begins on this rank: dump number(). The caller owns it until finish(). Whether this rank is an origin of
+  /// it is not known yet (deciding()): the caller says so with asked(), rejoined() or origin_through_event(), then
+  /// decided().
+  void begin();
+
+  /// Whether the dump under way has yet to say whether this rank is an origin of it: from begin() to decided(), the
+  /// freeze (1 to 2 ms for 100,000 events). A request in that window waits for the verdict before join(), or it
+  /// would ask for a second dump of the same failure.
+  bool deciding() const { return deciding_; }
+
+  /// The dump under way has said whether this rank is an origin of it, and said so on this rank's stderr: a request
+  /// that waited may join() now (its words follow the dump's own line).
+  void decided() { deciding_ = false; }
+
+  /// Whether this rank is an origin of the dump under way (asked(), rejoined(), or origin_through_event() true).
+  bool origin_of_under_way() const { return under_way_ && origin_; }
 
   /// The dump under way ended with `result`. `counted`: the other ranks heard of it, and the numbers move on (a dump
   /// whose trigger never reached them does not count, or the ranks' numbers would part). Clears what was for that
@@ -75,6 +89,24 @@ class DumpLedger {
 
   // --- Requests while a dump is under way, or after the one that holds their failure.
 
+  /// What a request of this rank does (join()).
+  enum class Turn {
+    joins,     // the dump under way counts this rank an origin: it answers the request (its words: offer())
+    covered,   // a dump is under way that does not count this rank an origin, and the request is not an oom one (the
+               // API's dump, a signal's): that dump answers it
+    follows,   // an oom request during a dump that does not count this rank an origin (its freeze held no new oom
+               // event: the failure came after it, or a CPU job has no allocator events): its own dump follows that
+               // one (failed_late(): the joint dump, when said in time)
+    answered,  // no dump under way, and the last one holds its failure (answered()): last_result() is the answer
+    asks,      // no dump under way: a new dump, number(), this rank its origin
+  };
+
+  /// The rule for a request of this rank, the same for both transports; the transport carries it out (MPI: the
+  /// watcher runs the dump; the store: the asking thread). `oom_events_now`: the recorder's count. `say` gets the line
+  /// to log at error level (offer(), answered()), or is cleared. Call it when !deciding() (a request made while the
+  /// dump is still deciding is covered by it).
+  Turn join(const DumpRequest& request, std::uint64_t oom_events_now, int rank, std::string& say);
+
   /// A request of this rank arrives while a dump is under way that counts this rank an origin (or may: the store
   /// transport's freeze is not over yet). The dump answers an oom request; its words go into the dump's reason when
   /// the dump awaits them (words()). Returns the line to log at error level ("rank 3 reports, in the dump under way:
@@ -102,8 +134,18 @@ class DumpLedger {
   // own dump names N's origins too and replaces N's archive.
 
   /// This rank's failure came during the dump under way, after its freeze for it (the dump does not hold it): it
-  /// says so at that dump's end, and its own dump, the joint one, follows.
-  void failed_late() { late_in_ = number_; }
+  /// says so at that dump's end, and its own dump, the joint one, follows. Not once that end said it (says_late()):
+  /// the origins are gone then, and its own dump follows as a dump of its own.
+  void failed_late() {
+    if (late_said_in_ != number_) late_in_ = number_;
+  }
+
+  /// At the end of the dump under way (the transport's DONE message, the store's `dN/done/R`): whether this rank says
+  /// it failed late in it. Said once: a failure after this is not said of this dump (failed_late()).
+  bool says_late() {
+    late_said_in_ = number_;
+    return late_in_ == number_;
+  }
 
   /// Whether failed_late() was said of dump `n`.
   bool failed_late_in(std::int64_t n) const { return late_in_ == n; }
@@ -139,11 +181,14 @@ class DumpLedger {
   bool under_way_ = false;
   DumpResult last_result_;
   bool exit_dumped_ = false;
+  bool deciding_ = false;                   // begin() to decided()
+  bool origin_ = false;                     // of the dump under way
   std::uint64_t oom_events_covered_ = 0;    // oom events a dump of this rank as an origin holds
   std::uint64_t unclaimed_oom_events_ = 0;  // those that made it an origin through its event, until its thread asks
   bool awaiting_words_ = false;             // the dump under way awaits the failing thread's request
   std::optional<DumpRequest> words_;        // ... which came
   std::int64_t late_in_ = -1;               // the dump this rank failed late in
+  std::int64_t late_said_in_ = -1;          // the dump whose end said whether this rank failed late in it
   bool joint_expected_ = false;
   std::int64_t joint_after_ = -1;           // the dump the joint one replaces
   DumpRequest joint_request_;

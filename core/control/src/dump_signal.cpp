@@ -13,6 +13,13 @@
 #include "oomflight/record/clock.hpp"
 
 namespace oomflight {
+
+DumpRequest signal_request(DumpKind kind) {
+  DumpRequest r;
+  r.kind = kind;
+  r.reason = kind == DumpKind::exit ? "SIGTERM received: the job is being torn down" : "SIGUSR1 received";
+  return r;
+}
 namespace {
 
 std::atomic<int> g_requested{0};

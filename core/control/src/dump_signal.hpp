@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "oomflight/control/dump_request.hpp"
 #include "sigterm_plan.hpp"
 
 namespace oomflight {
@@ -32,6 +33,11 @@ bool install_dump_signal();
 
 /// Puts the default action back if the handler installed is still oomflight's.
 void uninstall_dump_signal();
+
+/// The request a caught signal makes of a rank's dumps, in the same words over both transports: `DumpKind::signal`
+/// for SIGUSR1 ("SIGUSR1 received"), `DumpKind::exit` for SIGTERM under OOMFLIGHT_DUMP_ON_EXIT ("SIGTERM received:
+/// the job is being torn down"). Pure.
+DumpRequest signal_request(DumpKind kind);
 
 /// Whether SIGUSR1 arrived since the last call (and clears it). Thread-safe.
 bool take_dump_signal();

@@ -366,10 +366,7 @@ void StoreProtocol::end_on_sigterm() {
     plan = plan_sigterm(ledger_.exit_dumped(), left_, config_.dump_on_exit, state_ == State::agreed);
   }
   if (plan.exit_dump) {
-    DumpRequest request;
-    request.kind = DumpKind::exit;
-    request.reason = "SIGTERM received: the job is being torn down";
-    (void)this->request(request);  // joins a dump under way, else asks every rank for an exit dump
+    (void)this->request(signal_request(DumpKind::exit));  // joins a dump under way, else asks every rank for an exit dump
   }
   std::int64_t reached = 0;
   {
@@ -392,11 +389,8 @@ void StoreProtocol::end_on_sigterm() {
 void StoreProtocol::dump_on_sigusr1() {
   if (!dump_signal_ || !take_dump_signal()) return;
   if (!signal_limiter_.allow(config_.signal_dump_interval)) return;
-  DumpRequest request;
-  request.kind = DumpKind::signal;
-  request.reason = "SIGUSR1 received";
   // From this thread: it answers no other dump meanwhile, and none is under way (it would be answering it).
-  if (!this->request(request) && state_off()) {
+  if (!this->request(signal_request(DumpKind::signal)) && state_off()) {
     log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
   }
 }
@@ -623,6 +617,11 @@ void StoreProtocol::watch() {
             log().warn("the job's store: {}", e.what());
           }
         }
+        {
+          std::lock_guard lock(mutex_);
+          ledger_.decided();  // after its line: a request of its failing thread says its words after it
+        }
+        cv_.notify_all();
         finish(run_dump(n, is_origin, h, request, cause, start));
       } catch (const std::exception& e) {
         DumpResult r;
@@ -658,28 +657,27 @@ void StoreProtocol::store_failed(const std::exception& e) {
 std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   if (!wait_agreed(lock) || stop_) return std::nullopt;
-  bool waited = false;
-  while (ledger_.under_way()) {
-    // This rank's failure arrives during a dump already under way (which names this rank an origin when its oom
-    // event came before its freeze): its words go to the log, where the job's own error follows, and into the dump's
-    // reason when the watcher's freeze made this rank an origin through its oom event (run_dump).
-    if (!waited) {
-      if (const std::string say = ledger_.offer(request, id_.rank); !say.empty()) log().error("{}", say);
-      cv_.notify_all();
-    }
-    waited = true;
-    if (request.kind == DumpKind::oom) ++oom_requests_waiting_;  // say_done asks whether one waits
-    const bool ended = cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });
-    if (request.kind == DumpKind::oom) --oom_requests_waiting_;
-    if (!ended) return gave_up_waiting(request.kind, config_.dump_timeout);
+  // The dump under way may be freezing this rank, its verdict (origin or not) a millisecond or two away
+  // (DumpLedger::deciding): wait for it, or the request would ask for a second dump of the same failure.
+  cv_.wait_for(lock, config_.dump_timeout, [&] { return stop_ || !ledger_.deciding(); });
+  if (stop_) return std::nullopt;
+  std::string say;
+  const DumpLedger::Turn turn = ledger_.join(request, recorder_.oom_events(), id_.rank, say);
+  if (!say.empty()) log().error("{}", say);
+  if (turn == DumpLedger::Turn::joins || turn == DumpLedger::Turn::covered) cv_.notify_all();  // its words
+  if (turn == DumpLedger::Turn::answered) return await_joint(lock);  // that dump ended before the request came
+  // A dump under way answers the request, or its own follows that dump.
+  if (!cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); })) {
+    return gave_up_waiting(request.kind, config_.dump_timeout);
+  }
+  if (turn == DumpLedger::Turn::joins || turn == DumpLedger::Turn::covered) {
+    if (request.kind == DumpKind::oom) ledger_.claimed();  // a later request with no new failure is not answered by it
+    return await_joint(lock);
   }
   // A failure of this rank that came during the last dump, after its freeze, and was said in time (say_done): that
   // dump's origins stay for this rank's dump, which names them too and replaces their archive (the joint dump).
   std::optional<DumpResult> joint_with;
-  if (waited) {
-    if (request.kind == DumpKind::oom) ledger_.claimed();  // the dump it waited for answers it, or it follows
-    if (request.kind != DumpKind::oom || !ledger_.unreported(recorder_.oom_events())) return await_joint(lock);
-    // Its oom event came after this rank's history was frozen for that dump: no archive holds it yet.
+  if (turn == DumpLedger::Turn::follows) {
     const DumpResult& last = ledger_.last_result();
     if (ledger_.failed_late_in(ledger_.number() - 1) && last.status == DumpResult::Status::archive) {
       joint_with = last;
@@ -691,9 +689,6 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
                  "follows",
                  id_.rank);
     }
-  } else if (std::string say; ledger_.answered(request, recorder_.oom_events(), id_.rank, say)) {
-    if (!say.empty()) log().error("{}", say);
-    return await_joint(lock);  // its oom event made this rank an origin on the watcher, and that dump ended first
   }
   ledger_.begin();
   const std::int64_t n = ledger_.number();
@@ -729,7 +724,9 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
     {
       std::lock_guard guard(mutex_);
       ledger_.asked(h.oom_events);
+      ledger_.decided();
     }
+    cv_.notify_all();  // a request of another thread of this process waits for the verdict
     if (order > 1) {
       // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file). It is
       // written right after its trigger, so this waits a round trip, at most a second.
@@ -1022,9 +1019,7 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
   bool late = false;
   {
     std::lock_guard lock(mutex_);
-    // A failing thread waits for this dump, and its oom event is not in this rank's file (it came after the freeze).
-    late = oom_requests_waiting_ > 0 && ledger_.unreported(recorder_.oom_events());
-    if (late) ledger_.failed_late();
+    late = ledger_.says_late();  // a failure of this rank came during this dump, after its freeze (request)
   }
   std::vector<int> late_ranks;
   try {

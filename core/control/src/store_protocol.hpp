@@ -240,9 +240,6 @@ class StoreProtocol final : public DumpCoordinator {
   State state_ = State::agreeing;
   bool stop_ = false;
   DumpLedger ledger_;  // the dumps' numbers and the rules both transports keep (mutex_)
-  // Failing threads' requests that wait for the dump under way (their failure may have come after this rank's
-  // freeze for it: say_done asks).
-  int oom_requests_waiting_ = 0;
   std::thread::id watcher_id_;  // (mutex_) the watcher's, for what it must never wait on itself
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;

@@ -235,9 +235,8 @@ bool TriggerProtocol::watcher_joined() {
 std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   // The watcher is freezing this rank for a dump it did not ask for: whether that dump counts this rank as an
-  // origin (its oom event is in the ring) is known after the freeze, a millisecond or two. Without waiting, a
-  // request in that window would ask for a second dump of the same failure.
-  done_.wait(lock, [&] { return stop_ || !deciding_; });
+  // origin (its oom event is in the ring) is known after the freeze, a millisecond or two (DumpLedger::deciding).
+  done_.wait_for(lock, config_.dump_timeout, [&] { return stop_ || !ledger_.deciding(); });
   if (stop_) {
     DumpResult r;
     r.kind = request.kind;
@@ -245,41 +244,55 @@ std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
     return r;
   }
   std::int64_t target = 0;
-  if (ledger_.under_way() && active_is_origin_) {
-    target = ledger_.number();  // the dump under way already counts this rank as an origin
-    // That dump began on another rank's trigger, and this rank's line named the failure from its oom event only:
-    // the job's own words reach the user here (they also go into the archive's reason, with_late_request).
-    if (const std::string say = ledger_.offer(request, id_.rank); !say.empty()) log().error("{}", say);
-    late_request_cv_.notify_all();
-  } else if (pending_) {
-    target = pending_epoch_;  // another thread of this process asked first: share its dump
-  } else if (std::string say; ledger_.answered(request, recorder_.oom_events(), id_.rank, say)) {
-    if (!say.empty()) log().error("{}", say);
-    return ledger_.last_result();  // that dump finished before the failing thread asked, on a loaded machine
-  } else {
-    // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
-    // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
-    // ring: 1 to 2 ms for 100,000 events). Sending takes microseconds, so the history is still frozen at once.
-    // The watcher sends them instead, with the dump, while a dump is under way (the epoch is not this one's). A
-    // snapshot being written yields to this request on every rank (snapshot_writer.hpp).
-    const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
-    announce(request, batch);
-    // broken_ changes only while a dump is under way (the watcher's), so it is read safely here.
-    const bool under_way = ledger_.under_way();
-    const bool triggers_sent = !under_way && !broken_;
-    if (triggers_sent) {
-      send_triggers(batch, request.kind);
-      log().debug("triggers sent to every rank before the freeze");
+  std::string say;
+  // A request of this process that the watcher has not begun yet (another thread asked first): share its dump.
+  const bool share = pending_ && !ledger_.under_way();
+  const DumpLedger::Turn turn = share ? DumpLedger::Turn::covered
+                                      : ledger_.join(request, recorder_.oom_events(), id_.rank, say);
+  if (!say.empty()) log().error("{}", say);
+  switch (turn) {
+    case DumpLedger::Turn::answered:
+      return ledger_.last_result();  // that dump finished before the failing thread asked, on a loaded machine
+    case DumpLedger::Turn::joins:
+      // That dump began on another rank's trigger, and this rank's line named the failure from its oom event only:
+      // the job's own words reach the user here (they also go into the archive's reason, with_late_request).
+      late_request_cv_.notify_all();
+      target = ledger_.number();
+      break;
+    case DumpLedger::Turn::covered:
+      target = share ? pending_epoch_ : ledger_.number();
+      break;
+    case DumpLedger::Turn::follows:
+      // This rank failed during another rank's dump, after its freeze: its DONE message for that dump asks the
+      // dump's origins to stay for the next one, which names them all (the joint dump, docs/protocol.md).
+      if (pending_) {
+        target = pending_epoch_;  // another thread of this process asked for the dump that follows: share it
+        break;
+      }
+      [[fallthrough]];
+    case DumpLedger::Turn::asks: {
+      // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
+      // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
+      // ring: 1 to 2 ms for 100,000 events). Sending takes microseconds, so the history is still frozen at once.
+      // The watcher sends them instead, with the dump, while a dump is under way (the epoch is not this one's). A
+      // snapshot being written yields to this request on every rank (snapshot_writer.hpp).
+      const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
+      announce(request, batch);
+      // broken_ changes only while a dump is under way (the watcher's), so it is read safely here.
+      const bool under_way = ledger_.under_way();
+      const bool triggers_sent = !under_way && !broken_;
+      if (triggers_sent) {
+        send_triggers(batch, request.kind);
+        log().debug("triggers sent to every rank before the freeze");
+      }
+      FrozenHistory h = recorder_.freeze(request.device);
+      h.batch = batch;
+      pending_ = Pending{std::move(h), request, triggers_sent};
+      pending_epoch_ = under_way ? ledger_.number() + 1 : ledger_.number();
+      target = pending_epoch_;
+      doorbell_.ring();
+      break;
     }
-    FrozenHistory h = recorder_.freeze(request.device);
-    h.batch = batch;
-    pending_ = Pending{std::move(h), request, triggers_sent};
-    pending_epoch_ = under_way ? ledger_.number() + 1 : ledger_.number();
-    // This rank failed during another rank's dump, after its freeze: its DONE message for that dump asks the
-    // dump's origins to stay for the next one, which names them all (the joint dump, docs/protocol.md).
-    if (under_way && request.kind == DumpKind::oom) ledger_.failed_late();
-    target = pending_epoch_;
-    doorbell_.ring();
   }
   const auto give_up = std::chrono::steady_clock::now() + 3 * config_.dump_timeout;
   const bool finished = done_.wait_until(lock, give_up, [&] { return stop_ || ledger_.number() > target; });
@@ -296,13 +309,10 @@ std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
   return gave_up_waiting(request.kind, config_.dump_timeout);
 }
 
-void TriggerProtocol::queue_signal_dump(DumpKind kind, const char* reason) {
+void TriggerProtocol::queue_signal_dump(const DumpRequest& request) {
   // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
   if (pending_ || ledger_.under_way()) return;
-  if (kind == DumpKind::signal && !signal_limiter_.allow(config_.signal_dump_interval)) return;
-  DumpRequest request;
-  request.kind = kind;
-  request.reason = reason;
+  if (request.kind == DumpKind::signal && !signal_limiter_.allow(config_.signal_dump_interval)) return;
   FrozenHistory h = recorder_.freeze();
   announce(request, h.batch);
   pending_ = Pending{std::move(h), request};
@@ -338,7 +348,7 @@ void TriggerProtocol::watch_until_stopped() {
         if (!(pending_ && pending_->triggers_sent && pending_epoch_ <= ledger_.number())) return;
         last_dump = true;
       } else {
-        if (take_dump_signal()) queue_signal_dump(DumpKind::signal, "SIGUSR1 received");
+        if (take_dump_signal()) queue_signal_dump(signal_request(DumpKind::signal));
         if (exit_installed_ && take_exit_signal()) {
           // One dump per ending: the launcher's teardown SIGTERM after an exit dump this rank took part in (or
           // while it is leaving at its normal end) ends the process as SIGTERM would, with no second dump (a
@@ -349,7 +359,7 @@ void TriggerProtocol::watch_until_stopped() {
             end_now = plan.why;
           } else {
             exiting_ = true;
-            queue_signal_dump(DumpKind::exit, "SIGTERM received: the job is being torn down");
+            queue_signal_dump(signal_request(DumpKind::exit));
           }
         }
       }
@@ -505,10 +515,8 @@ void TriggerProtocol::run_dump() {
   bool rejoin = false;    // an origin of the dump this one replaces (the joint dump)
   {
     std::lock_guard lock(mutex_);
-    ledger_.begin();
+    ledger_.begin();  // deciding until the freeze says whether this rank is an origin
     active_start_ns_ = start;
-    // Until the freeze says whether this rank is an origin.
-    deciding_ = !(pending_ && pending_epoch_ <= ledger_.number());
     if (pending_ && pending_epoch_ <= ledger_.number()) {
       is_origin = true;
       triggers_sent = pending_->triggers_sent;
@@ -549,12 +557,11 @@ void TriggerProtocol::run_dump() {
   }
   if (awaiting) {
     request = request_from_oom_event(h);
-    announce(request, h.batch);  // before a request of its failing thread says its words (it waits for deciding_)
+    announce(request, h.batch);  // before a request of its failing thread says its words (it waits for decided())
   }
   {
     std::lock_guard lock(mutex_);
-    active_is_origin_ = is_origin;
-    deciding_ = false;
+    ledger_.decided();
   }
   done_.notify_all();  // a request() waiting for this verdict
   timeline_.mark("freeze");
@@ -817,7 +824,7 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
   {
     std::lock_guard lock(mutex_);
     // This rank failed during the dump: its own follows, and the origins should stay.
-    msg[1] = ledger_.failed_late_in(ledger_.number()) ? 1 : 0;
+    msg[1] = ledger_.says_late() ? 1 : 0;
   }
   for (int origin : origins) {
     if (origin == id_.rank) continue;
@@ -872,7 +879,6 @@ void TriggerProtocol::finish(DumpResult result) {
   {
     std::lock_guard lock(mutex_);
     ledger_.finish(std::move(result));
-    active_is_origin_ = false;
     heard_origins_.clear();
     heard_batch_ = -1;
     heard_kind_ = DumpKind::oom;

@@ -122,7 +122,7 @@ class TriggerProtocol final : public DumpCoordinator {
   void announce(const DumpRequest& request, std::int64_t batch) const;
   // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of `kind` (the watcher, mutex_
   // held). A dump already asked for or under way covers it.
-  void queue_signal_dump(DumpKind kind, const char* reason);
+  void queue_signal_dump(const DumpRequest& request);
   void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
   void end_by_sigterm(const char* why);
@@ -164,8 +164,6 @@ class TriggerProtocol final : public DumpCoordinator {
   bool watcher_exited_ = false;
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
   std::string safety_path_shared_;       // safety_path_, readable under mutex_
-  bool active_is_origin_ = false;
-  bool deciding_ = false;                // the watcher freezes for a dump it did not ask for; origin or not: unknown
   SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
   std::condition_variable late_request_cv_;  // an origin through its oom event waits here for its thread's words
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
