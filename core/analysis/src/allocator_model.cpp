@@ -1,0 +1,293 @@
+#include "oomflight/analysis/allocator_model.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <iterator>
+
+#include <fmt/format.h>
+
+namespace oomflight {
+namespace {
+
+// c10/cuda/CUDACachingAllocator.cpp's constants (namespace Native, top of the file).
+constexpr std::uint64_t kMinBlockSize = 512;            // every block is a multiple of this
+constexpr std::uint64_t kSmallSize = 1ull << 20;        // the largest block of the small pool
+constexpr std::uint64_t kSmallBuffer = 2ull << 20;      // a small pool's segment
+constexpr std::uint64_t kLargeBuffer = 20ull << 20;     // a large pool's segment for blocks below kMinLargeAlloc
+constexpr std::uint64_t kMinLargeAlloc = 10ull << 20;   // from here a segment is the block rounded to kRoundLarge
+constexpr std::uint64_t kRoundLarge = 2ull << 20;
+
+std::uint64_t read_size(const std::string& key, const std::string& text) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0') {
+    throw SnapshotError(fmt::format("allocator_settings: '{}' is {}, not a number", key, text));
+  }
+  return v <= 0 ? UINT64_MAX : static_cast<std::uint64_t>(v);  // torch writes -1 (or 0) for "no limit"
+}
+
+}  // namespace
+
+AllocatorSettings allocator_settings_of(const TorchSnapshot& snapshot) {
+  AllocatorSettings s;
+  for (const auto& [key, value] : snapshot.allocator_settings) {
+    if (key == "max_split_size") {
+      s.max_split_size = read_size(key, value);
+    } else if (key == "expandable_segments") {
+      s.expandable_segments = value == "True";
+    } else if (key == "garbage_collection_threshold") {
+      s.garbage_collection_threshold = std::strtod(value.c_str(), nullptr);
+    } else if (key == "roundup_power2_divisions" && value.size() > 2 && value.front() == '{') {
+      // {'1': 0, '2': 0, ..., '32768': 0}: the intervals in MiB, in order (at most 200 characters are kept, which
+      // holds the 16 of them).
+      std::size_t i = 0, pos = 1;
+      while (i < s.roundup_power2_divisions.size()) {
+        const std::size_t colon = value.find(':', pos);
+        if (colon == std::string::npos) break;
+        s.roundup_power2_divisions[i++] = std::strtoull(value.c_str() + colon + 1, nullptr, 10);
+        pos = colon + 1;
+      }
+    }
+  }
+  return s;
+}
+
+bool AllocatorModel::FreeKey::operator<(const FreeKey& o) const {
+  if (stream != o.stream) return stream < o.stream;
+  if (size != o.size) return size < o.size;
+  return address < o.address;
+}
+
+AllocatorModel::AllocatorModel(AllocatorSettings settings) : settings_(std::move(settings)) {}
+
+std::uint64_t AllocatorModel::round_size(std::uint64_t size) const {
+  // round_size(), with roundup_power2_divisions() choosing the interval: [1 MiB, 2 MiB) and below is the first,
+  // each power of two MiB the next, 64 GiB and above the last.
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const int log_size = std::bit_width(size) - 1;
+  const int interval_start = 20;  // log2(1 MiB)
+  std::size_t index = log_size > interval_start ? static_cast<std::size_t>(log_size - interval_start) : 0;
+  index = std::min(index, settings_.roundup_power2_divisions.size() - 1);
+  const std::uint64_t divisions = settings_.roundup_power2_divisions.empty() ? 0
+                                                                            : settings_.roundup_power2_divisions[index];
+  if (divisions > 1 && size > kMinBlockSize * divisions) {
+    // roundup_power2_next_division(): the space between two powers of two in `divisions` equal steps.
+    if (std::has_single_bit(size)) return size;
+    const std::uint64_t floor = std::bit_floor(size);
+    const std::uint64_t step = floor >> (std::bit_width(divisions) - 1);
+    if (step == 0) return floor << 1;
+    const std::uint64_t below = size & ~(step - 1);
+    return below == size ? size : below + step;
+  }
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+bool AllocatorModel::small_pool(std::uint64_t rounded) { return rounded <= kSmallSize; }
+
+std::uint64_t AllocatorModel::segment_size(std::uint64_t rounded) {
+  // get_allocation_size().
+  if (rounded <= kSmallSize) return kSmallBuffer;
+  if (rounded < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((rounded + kRoundLarge - 1) / kRoundLarge);
+}
+
+std::optional<std::uint64_t> AllocatorModel::place(std::uint64_t size, std::uint64_t stream) const {
+  // get_free_block(): the smallest free block of the request's pool and stream that holds it, lowest address first.
+  const std::uint64_t rounded = round_size(size);
+  const auto& pool = small_pool(rounded) ? free_small_ : free_large_;
+  const auto it = pool.lower_bound(FreeKey{stream, rounded, 0});
+  if (it == pool.end() || it->first.stream != stream) return std::nullopt;
+  const std::uint64_t max_split = settings_.max_split_size;
+  // An oversize block (max_split_size and above) never serves a request below it, and serves a larger one only
+  // when it wastes less than kLargeBuffer.
+  if (rounded < max_split && it->first.size >= max_split) return std::nullopt;
+  if (rounded >= max_split && it->first.size >= rounded + kLargeBuffer) return std::nullopt;
+  return it->second;
+}
+
+void AllocatorModel::insert_free(std::uint64_t address) {
+  const Block& b = blocks_.at(address);
+  (b.small ? free_small_ : free_large_).emplace(FreeKey{b.stream, b.size, address}, address);
+}
+
+void AllocatorModel::erase_free(std::uint64_t address) {
+  const Block& b = blocks_.at(address);
+  (b.small ? free_small_ : free_large_).erase(FreeKey{b.stream, b.size, address});
+}
+
+bool AllocatorModel::allocate(std::uint64_t address, std::uint64_t size, std::uint64_t stream) {
+  const auto it = blocks_.find(address);
+  if (it == blocks_.end() || it->second.allocated || it->second.stream != stream) return false;
+  const std::uint64_t rounded = round_size(size);
+  Block& b = it->second;
+  if (b.size < rounded) return false;
+  erase_free(address);
+  // should_split(): the small pool splits off any rest of at least kMinBlockSize; the large pool a rest above
+  // kSmallSize, and never a block for a request of max_split_size or more. The allocation takes the front.
+  const std::uint64_t rest = b.size - rounded;
+  const bool split = b.small ? rest >= kMinBlockSize : (rounded < settings_.max_split_size && rest > kSmallSize);
+  if (split) {
+    Block remainder = b;
+    remainder.size = rest;
+    b.size = rounded;
+    blocks_.emplace(address + rounded, remainder);
+    insert_free(address + rounded);
+  }
+  Block& taken = blocks_.at(address);
+  taken.allocated = true;
+  allocated_ += taken.size;
+  return true;
+}
+
+void AllocatorModel::add_segment(std::uint64_t address, std::uint64_t size, std::uint64_t stream, bool small) {
+  segments_[address] = size;
+  reserved_ += size;
+  blocks_[address] = Block{size, stream, address, small, false};
+  insert_free(address);
+}
+
+bool AllocatorModel::free(std::uint64_t address) {
+  // free_block(): the block merges with a free neighbour on either side within its segment (try_merge_blocks).
+  auto it = blocks_.find(address);
+  if (it == blocks_.end() || !it->second.allocated) return false;
+  it->second.allocated = false;
+  allocated_ -= it->second.size;
+  const auto next = std::next(it);
+  if (next != blocks_.end() && !next->second.allocated && next->second.segment == it->second.segment) {
+    erase_free(next->first);
+    it->second.size += next->second.size;
+    blocks_.erase(next);
+  }
+  if (it != blocks_.begin()) {
+    const auto prev = std::prev(it);
+    if (!prev->second.allocated && prev->second.segment == it->second.segment) {
+      erase_free(prev->first);
+      prev->second.size += it->second.size;
+      blocks_.erase(it);
+      it = prev;
+    }
+  }
+  insert_free(it->first);
+  return true;
+}
+
+bool AllocatorModel::release_segment(std::uint64_t address) {
+  const auto seg = segments_.find(address);
+  if (seg == segments_.end()) return false;
+  const auto b = blocks_.find(address);
+  if (b == blocks_.end() || b->second.allocated || b->second.size != seg->second) return false;  // not all free
+  erase_free(address);
+  blocks_.erase(b);
+  reserved_ -= seg->second;
+  segments_.erase(seg);
+  return true;
+}
+
+bool AllocatorModel::restore_allocated(std::uint64_t address, std::uint64_t block_size) {
+  // The free block that holds it is cut in up to three: before, the block, after (each rest stays free).
+  auto it = blocks_.upper_bound(address);
+  if (it == blocks_.begin()) return false;
+  --it;
+  const std::uint64_t start = it->first;
+  Block b = it->second;
+  if (b.allocated || address + block_size > start + b.size) return false;
+  erase_free(start);
+  blocks_.erase(it);
+  if (address > start) {
+    Block before = b;
+    before.size = address - start;
+    blocks_.emplace(start, before);
+    insert_free(start);
+  }
+  if (address + block_size < start + b.size) {
+    Block after = b;
+    after.size = start + b.size - (address + block_size);
+    blocks_.emplace(address + block_size, after);
+    insert_free(address + block_size);
+  }
+  Block taken = b;
+  taken.size = block_size;
+  taken.allocated = true;
+  blocks_.emplace(address, taken);
+  allocated_ += block_size;
+  return true;
+}
+
+AllocatorFidelity replay_fidelity(const TorchSnapshot& snapshot, int device, const AllocatorSettings& settings) {
+  AllocatorFidelity f;
+  if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size()) return f;
+  const std::vector<TraceEntry>& trace = snapshot.device_traces[static_cast<std::size_t>(device)];
+  AllocatorModel model(settings);
+  const auto differ = [&](std::size_t i, const std::string& why) {
+    if (f.first_difference.empty()) {
+      f.first_difference = fmt::format("entry {} ({} of {} B at {:#x}): {}", i, action_name(trace[i].action),
+                                       trace[i].size, trace[i].addr, why);
+    }
+  };
+  const SnapshotStartState start = snapshot_start_state(snapshot, device);
+  for (const auto& [address, segment] : start.segments) {
+    if (segment.is_expandable) f.expandable = true;
+    model.add_segment(address, segment.size, segment.stream, segment.size == kSmallBuffer);
+  }
+  for (const auto& [address, block] : start.blocks) {
+    (void)model.restore_allocated(address, block.block_size != 0 ? block.block_size : model.round_size(block.size));
+  }
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const TraceEntry& e = trace[i];
+    switch (e.action) {
+      case Action::segment_alloc: {
+        ++f.segment_events;
+        // The allocation that asked for it is the next alloc of its stream (malloc records the segment first).
+        std::size_t j = i + 1;
+        while (j < trace.size() && !(trace[j].action == Action::alloc && trace[j].stream == e.stream)) ++j;
+        if (j == trace.size()) {
+          differ(i, "no allocation follows it");
+          model.add_segment(e.addr, e.size, e.stream, e.size == kSmallBuffer);
+          break;
+        }
+        const std::uint64_t rounded = model.round_size(trace[j].size);
+        const auto cached = model.place(trace[j].size, e.stream);
+        const std::uint64_t wanted = AllocatorModel::segment_size(rounded);
+        if (cached) {
+          differ(i, fmt::format("the model would place the next allocation at {:#x}, a cached block", *cached));
+        } else if (wanted != e.size) {
+          differ(i, fmt::format("the model asks for a segment of {} B", wanted));
+        } else {
+          ++f.segment_events_matched;
+        }
+        model.add_segment(e.addr, e.size, e.stream, AllocatorModel::small_pool(rounded));
+        break;
+      }
+      case Action::alloc: {
+        ++f.allocations;
+        const auto placed = model.place(e.size, e.stream);
+        if (placed && *placed == e.addr && model.allocate(e.addr, e.size, e.stream)) {
+          ++f.allocations_matched;
+          break;
+        }
+        differ(i, placed ? fmt::format("the model places it at {:#x}", *placed)
+                         : std::string("the model finds no cached block and asks for a segment"));
+        // Follow the trace: take the block there (cut out of the free block that holds it, if need be).
+        if (!model.allocate(e.addr, e.size, e.stream)) (void)model.restore_allocated(e.addr, model.round_size(e.size));
+        break;
+      }
+      case Action::free_completed:
+        (void)model.free(e.addr);
+        break;
+      case Action::segment_free:
+        ++f.segment_events;
+        if (model.release_segment(e.addr)) {
+          ++f.segment_events_matched;
+        } else {
+          differ(i, "the model holds no free segment there");
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return f;
+}
+
+}  // namespace oomflight
