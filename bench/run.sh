@@ -14,6 +14,7 @@ if [[ -x "$build/bench/oomflight_collective_bench" ]]; then
 fi
 # The collectives analysis on hostile rows, 10^3 to 10^6, beside a sort of the same rows (issue 30).
 "$build/bench/oomflight_analysis_bench" --benchmark_min_time=0.2
+"$build/bench/oomflight_allocator_model_bench" --benchmark_min_time=0.3
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 10 sleep
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_dump_bench" 100000 5 0 spin
 mpirun --oversubscribe -np 4 "$build/bench/oomflight_snapshot_bench" 100000 10 100

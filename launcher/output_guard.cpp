@@ -26,6 +26,14 @@ std::string refuse_output(const std::string& output, const std::vector<std::stri
   return {};
 }
 
+bool is_hdf5(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::array<char, 8> head{};
+  in.read(head.data(), head.size());
+  static constexpr std::array<char, 8> kHdf5 = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  return in.gcount() == 8 && head == kHdf5;
+}
+
 std::string not_a_pickle(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -33,11 +41,8 @@ std::string not_a_pickle(const std::string& path) {
   if (!fs::exists(status)) return fmt::format("{}: no such file", path);
   if (fs::is_directory(status)) return fmt::format("{} is a folder, not a snapshot pickle", path);
   std::ifstream in(path, std::ios::binary);
-  std::array<char, 8> head{};
-  in.read(head.data(), head.size());
-  if (in.gcount() == 0) return fmt::format("{} is empty, not a snapshot pickle", path);
-  static constexpr std::array<char, 8> kHdf5 = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
-  if (in.gcount() == 8 && head == kHdf5) {
+  if (in.get() == std::ifstream::traits_type::eof()) return fmt::format("{} is empty, not a snapshot pickle", path);
+  if (is_hdf5(path)) {
     return fmt::format("{} is an HDF5 file (an oomflight archive? `oomflight report` reads it), not a snapshot "
                        "pickle", path);
   }

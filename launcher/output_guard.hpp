@@ -12,6 +12,10 @@ namespace oomflight::cli {
 std::string refuse_output(const std::string& output, const std::vector<std::string>& inputs, bool force,
                           const char* what);
 
+/// Whether `path` starts with HDF5's signature (HDF5 File Format Specification, "Format Signature"): an archive or a
+/// rank-local file, not a pickle. False for a file that cannot be read.
+bool is_hdf5(const std::string& path);
+
 /// "" when `path` may be a pickle, else what it is instead: missing, a folder, an HDF5 file (an archive: its
 /// signature, HDF5 File Format Specification, "Format Signature"), or empty.
 std::string not_a_pickle(const std::string& path);

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdlib>
 #include <iterator>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -184,6 +185,13 @@ bool AllocatorModel::release_segment(std::uint64_t address) {
   return true;
 }
 
+bool AllocatorModel::holds(std::uint64_t address) const {
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin()) return false;
+  --it;
+  return address < it->first + it->second;
+}
+
 bool AllocatorModel::restore_allocated(std::uint64_t address, std::uint64_t block_size) {
   // The free block that holds it is cut in up to three: before, the block, after (each rest stays free).
   auto it = blocks_.upper_bound(address);
@@ -214,7 +222,8 @@ bool AllocatorModel::restore_allocated(std::uint64_t address, std::uint64_t bloc
   return true;
 }
 
-AllocatorFidelity replay_fidelity(const TorchSnapshot& snapshot, int device, const AllocatorSettings& settings) {
+AllocatorFidelity replay_fidelity(const TorchSnapshot& snapshot, int device, const AllocatorSettings& settings,
+                                  const std::set<std::uint64_t>& made_up_segments) {
   AllocatorFidelity f;
   if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size()) return f;
   const std::vector<TraceEntry>& trace = snapshot.device_traces[static_cast<std::size_t>(device)];
@@ -227,6 +236,7 @@ AllocatorFidelity replay_fidelity(const TorchSnapshot& snapshot, int device, con
   };
   const SnapshotStartState start = snapshot_start_state(snapshot, device);
   for (const auto& [address, segment] : start.segments) {
+    if (made_up_segments.count(address) != 0) continue;
     if (segment.is_expandable) f.expandable = true;
     model.add_segment(address, segment.size, segment.stream, segment.size == kSmallBuffer);
   }
@@ -260,6 +270,10 @@ AllocatorFidelity replay_fidelity(const TorchSnapshot& snapshot, int device, con
         break;
       }
       case Action::alloc: {
+        if (!model.holds(e.addr)) {
+          ++f.allocations_outside_segments;
+          break;
+        }
         ++f.allocations;
         const auto placed = model.place(e.size, e.stream);
         if (placed && *placed == e.addr && model.allocate(e.addr, e.size, e.stream)) {

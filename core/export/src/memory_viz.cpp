@@ -186,6 +186,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
       if (!inside) {
         segs[addr] = LiveSegment{std::min(block_bytes(b.requested), ~addr), b.stream, false};
         ++n.blocks_outside_segments;
+        n.made_up_segments.emplace_back(device, addr);
       }
     }
   }
@@ -229,6 +230,7 @@ TorchSnapshot memory_viz_snapshot(const Archive& a, const RankRow& row, MemoryVi
     static constexpr const char* kStates[] = {"active_allocated", "active_pending_free", "inactive"};
     snap.segments.clear();
     n.blocks_outside_segments = 0;
+    n.made_up_segments.clear();
     for (const StateSegmentRow& s : segments) {
       SnapshotSegment out;
       out.device = s.device;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,9 @@ class OOMFLIGHT_API AllocatorModel {
   /// `address`, inside a segment added first.
   bool restore_allocated(std::uint64_t address, std::uint64_t block_size);
 
+  /// Whether a segment holds `address`.
+  bool holds(std::uint64_t address) const;
+
   /// Bytes in segments (reserved) and in allocated blocks.
   std::uint64_t reserved_bytes() const { return reserved_; }
   std::uint64_t allocated_bytes() const { return allocated_; }
@@ -110,6 +114,10 @@ class OOMFLIGHT_API AllocatorModel {
 struct AllocatorFidelity {
   std::size_t allocations = 0;           ///< alloc entries replayed
   std::size_t allocations_matched = 0;   ///< ... at the address the model chose
+  /// alloc entries in no segment the trace or its end state holds (a history whose segment_alloc the ring had
+  /// overwritten and whose end state is not recorded, or a trace that is not the allocator's): not judged, and not
+  /// among `allocations`.
+  std::size_t allocations_outside_segments = 0;
   std::size_t segment_events = 0;        ///< segment_alloc and segment_free entries
   std::size_t segment_events_matched = 0;  ///< ... the model asked for (the size it needed) or allowed (all free)
   std::string first_difference;          ///< the first entry where model and trace part, and why; empty when none
@@ -119,8 +127,11 @@ struct AllocatorFidelity {
 /// Replays `snapshot`'s trace of `device` through the model with `settings`, starting from the state walked back
 /// from the snapshot's end (snapshot_start_state), and counts where the model chose as the allocator did. Where they
 /// part, the model follows the trace (its address, its segment) and goes on, so one difference is counted once.
-/// Pure.
+/// `made_up_segments`: addresses of end-state segments that are not the allocator's (an export gave blocks whose
+/// segment the history lacks one of their own: MemoryVizNotes::made_up_segments); allocations in them are not
+/// judged. Pure.
 OOMFLIGHT_API AllocatorFidelity replay_fidelity(const TorchSnapshot& snapshot, int device,
-                                                const AllocatorSettings& settings);
+                                                const AllocatorSettings& settings,
+                                                const std::set<std::uint64_t>& made_up_segments = {});
 
 }  // namespace oomflight

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "oomflight/api.h"
 #include "oomflight/format/archive_reader.hpp"
@@ -16,6 +18,7 @@ namespace oomflight {
 struct MemoryVizNotes {
   std::size_t blocks_outside_segments = 0;  ///< live blocks whose segment_alloc is not in the history: each got a
                                             ///< segment of its own (an "unknown" segment type)
+  std::vector<std::pair<int, std::uint64_t>> made_up_segments;  ///< those segments: (device, address)
   std::size_t frees_of_unknown_blocks = 0;  ///< frees of blocks allocated before the history (memory_viz shows
                                             ///< them as allocated from the start, as it does for PyTorch's own)
   std::size_t events = 0;                   ///< trace entries written (step markers are not trace entries)
