@@ -22,6 +22,7 @@ void DumpLedger::finish(DumpResult result, bool counted) {
   awaiting_words_ = false;
   words_.reset();
   if (counted) ++number_;
+  ++ended_;
   if (joint_expected_ && number_ > joint_after_ + 1) joint_expected_ = false;  // the joint dump is over
 }
 

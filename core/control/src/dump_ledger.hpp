@@ -60,6 +60,9 @@ class DumpLedger {
   /// dump only; a joint dump that was expected and is now over is no longer expected.
   void finish(DumpResult result, bool counted = true);
 
+  /// How many dumps ended on this rank (finish()), counted or not: a request whose dump did not count sees it end.
+  std::uint64_t ended() const { return ended_; }
+
   /// The last dump's result: the answer to a request that the dump already holds (answered()).
   const DumpResult& last_result() const { return last_result_; }
 
@@ -181,6 +184,7 @@ class DumpLedger {
   bool under_way_ = false;
   DumpResult last_result_;
   bool exit_dumped_ = false;
+  std::uint64_t ended_ = 0;
   bool deciding_ = false;                   // begin() to decided()
   bool origin_ = false;                     // of the dump under way
   std::uint64_t oom_events_covered_ = 0;    // oom events a dump of this rank as an origin holds

@@ -104,10 +104,6 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
   watcher_ = std::thread([this] {
-    {
-      std::lock_guard lock(mutex_);
-      watcher_id_ = std::this_thread::get_id();
-    }
     watch();
     {
       std::lock_guard lock(mutex_);
@@ -366,12 +362,13 @@ void StoreProtocol::end_on_sigterm() {
     plan = plan_sigterm(ledger_.exit_dumped(), left_, config_.dump_on_exit, state_ == State::agreed);
   }
   if (plan.exit_dump) {
-    (void)this->request(signal_request(DumpKind::exit));  // joins a dump under way, else asks every rank for an exit dump
+    std::lock_guard lock(mutex_);
+    (void)requests_.queue(signal_request(DumpKind::exit));  // a request waiting for this watcher covers it
   }
+  (void)run_pending();  // the exit dump, or a request's that waited for this watcher: every dump runs here
   std::int64_t reached = 0;
   {
-    std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });  // a dump under way first
+    std::lock_guard lock(mutex_);
     reached = ledger_.number();
   }
   // The process ends on a signal: no dump after this one may wait for it (the others learn it now, not at their
@@ -388,11 +385,14 @@ void StoreProtocol::end_on_sigterm() {
 
 void StoreProtocol::dump_on_sigusr1() {
   if (!dump_signal_ || !take_dump_signal()) return;
-  if (!signal_limiter_.allow(config_.signal_dump_interval)) return;
-  // From this thread: it answers no other dump meanwhile, and none is under way (it would be answering it).
-  if (!this->request(signal_request(DumpKind::signal)) && state_off()) {
+  if (state_off()) {
     log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
+    return;
   }
+  std::lock_guard lock(mutex_);
+  if (requests_.busy()) return;  // a dump asked for or under way covers it
+  if (!signal_limiter_.allow(config_.signal_dump_interval)) return;
+  (void)requests_.queue(signal_request(DumpKind::signal));  // this watcher runs it next (run_pending)
 }
 
 bool StoreProtocol::state_off() {
@@ -526,6 +526,11 @@ void StoreProtocol::watch() {
       agreed_now = state_ == State::agreed;
     }
     if (agreed_now) dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
+    // A request of this rank (or a signal's) is run now, whatever the store's pace: its thread waits for it.
+    if (run_pending()) {
+      end_on_sigterm();
+      continue;
+    }
     if (now < next_store_ns && !rings.other) continue;
     next_store_ns = now + to_ns(pacing_.idle);
     // The store answered again after failures: said once, with their count.
@@ -570,10 +575,17 @@ void StoreProtocol::watch() {
         continue;
       }
       const std::int64_t start = monotonic_ns();
+      bool mine = false;
       {
         std::lock_guard lock(mutex_);
-        if (stop_ || ledger_.under_way() || ledger_.number() != n) continue;  // a request of this rank took it
-        ledger_.begin();
+        if (stop_ || ledger_.under_way() || ledger_.number() != n) continue;
+        mine = requests_.due();  // a request of this rank asked for dump n meanwhile: this rank is its origin
+        if (!mine) ledger_.begin();
+      }
+      if (mine) {
+        (void)run_pending();
+        end_on_sigterm();
+        continue;
       }
       // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of
       // this rank would wait for it.
@@ -657,72 +669,71 @@ void StoreProtocol::store_failed(const std::exception& e) {
 std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   if (!wait_agreed(lock) || stop_) return std::nullopt;
-  // The dump under way may be freezing this rank, its verdict (origin or not) a millisecond or two away
-  // (DumpLedger::deciding): wait for it, or the request would ask for a second dump of the same failure.
-  cv_.wait_for(lock, config_.dump_timeout, [&] { return stop_ || !ledger_.deciding(); });
-  if (stop_) return std::nullopt;
-  std::string say;
-  const DumpLedger::Turn turn = ledger_.join(request, recorder_.oom_events(), id_.rank, say);
-  if (!say.empty()) log().error("{}", say);
-  if (turn == DumpLedger::Turn::joins || turn == DumpLedger::Turn::covered) cv_.notify_all();  // its words
-  if (turn == DumpLedger::Turn::answered) return await_joint(lock);  // that dump ended before the request came
-  // A dump under way answers the request, or its own follows that dump.
-  if (!cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); })) {
-    return gave_up_waiting(request.kind, config_.dump_timeout);
-  }
-  if (turn == DumpLedger::Turn::joins || turn == DumpLedger::Turn::covered) {
-    if (request.kind == DumpKind::oom) ledger_.claimed();  // a later request with no new failure is not answered by it
-    return await_joint(lock);
-  }
-  // A failure of this rank that came during the last dump, after its freeze, and was said in time (say_done): that
-  // dump's origins stay for this rank's dump, which names them too and replaces their archive (the joint dump).
-  std::optional<DumpResult> joint_with;
-  if (turn == DumpLedger::Turn::follows) {
-    const DumpResult& last = ledger_.last_result();
-    if (ledger_.failed_late_in(ledger_.number() - 1) && last.status == DumpResult::Status::archive) {
-      joint_with = last;
-      log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
-                 "follows, which names that dump's {} too and replaces {}",
-                 id_.rank, last.origin_ranks.size() == 1 ? "origin" : "origins", last.path);
-    } else {
-      log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
-                 "follows",
-                 id_.rank);
-    }
-  }
-  ledger_.begin();
-  const std::int64_t n = ledger_.number();
-  lock.unlock();
+  return requests_.request(lock, request);  // the watcher runs the dump (run_pending)
+}
 
+std::int64_t StoreProtocol::ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) {
+  return tell_cause(number, cause_for(request, batch, false));
+}
+
+StoreProtocol::Cause StoreProtocol::cause_for(const DumpRequest& request, std::int64_t batch, bool say) {
+  Cause cause{id_.rank, request.kind, batch, request.requested_bytes, request.device_free_bytes,
+              request.numbers_from_message, request.reason, {}, {}};
+  std::lock_guard lock(mutex_);
+  const DumpResult& last = ledger_.last_result();
+  if (request.kind != DumpKind::oom || !ledger_.failed_late_in(ledger_.number() - 1) ||
+      last.status != DumpResult::Status::archive) {
+    return cause;
+  }
+  // The joint archive keeps the name and batch of the one it replaces.
+  cause.replaces = last.path;
+  cause.joint_origins.assign(last.origin_ranks.begin(), last.origin_ranks.end());
+  cause.batch = last.batch;
+  if (say) {
+    log().info("rank {}'s dump names the last dump's {} too and replaces {}", id_.rank,
+               last.origin_ranks.size() == 1 ? "origin" : "origins", last.path);
+  }
+  return cause;
+}
+
+std::int64_t StoreProtocol::tell_cause(std::int64_t n, const Cause& cause) {
+  // The first origin (the add gives it 1) writes the cause at once, before its freeze: the others start theirs
+  // meanwhile, and no window is left between the trigger and the cause in which its death would hide the dump.
+  try {
+    const std::int64_t order = store_->add(key(n, "trigger"), 1);
+    if (order == 1) {
+      store_->set(key(n, "cause"), encode(cause));
+      ring_node_peers();  // their watchers look at the store now (over MPI: the triggers' doorbells)
+    }
+    return order;
+  } catch (const std::exception& e) {
+    log().error("cannot tell the other ranks through the job's store: {}", e.what());
+    return 0;
+  }
+}
+
+bool StoreProtocol::run_pending() {
+  std::optional<DumpRequests::Pending> mine;
+  std::int64_t n = 0;
+  {
+    std::unique_lock lock(mutex_);
+    if (stop_ || ledger_.under_way()) return false;
+    mine = requests_.take_due(lock);
+    if (!mine) return false;
+    ledger_.begin();
+    n = ledger_.number();
+  }
+  // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of this rank
+  // would wait for it.
   const std::int64_t start = monotonic_ns();
   try {
-    // The root cause first, before any step that another rank or the store could hold up.
-    announce_dump(request, id_.rank, request.batch >= 0 ? request.batch : recorder_.batch());
-    // The first origin (the add gives it 1) writes the cause at once, before its freeze: the others start theirs
-    // meanwhile, and no window is left between the trigger and the cause in which its death would hide the dump.
-    Cause cause{id_.rank, request.kind, request.batch >= 0 ? request.batch : recorder_.batch(),
-                request.requested_bytes, request.device_free_bytes, request.numbers_from_message, request.reason,
-                {}, {}};
-    if (joint_with) {
-      // The joint archive keeps the name and batch of the one it replaces.
-      cause.replaces = joint_with->path;
-      cause.joint_origins.assign(joint_with->origin_ranks.begin(), joint_with->origin_ranks.end());
-      cause.batch = joint_with->batch;
-    }
-    std::int64_t order = 0;
-    try {
-      order = store_->add(key(n, "trigger"), 1);
-      if (order == 1) {
-        store_->set(key(n, "cause"), encode(cause));
-        ring_node_peers();  // their watchers look at the store now (over MPI: the triggers' doorbells)
-      }
-    } catch (const std::exception& e) {
-      log().error("cannot tell the other ranks through the job's store: {}", e.what());
-    }
-    FrozenHistory h = recorder_.freeze(request.device);
+    FrozenHistory& h = mine->history;
+    Cause cause = cause_for(mine->request, h.batch, mine->asked == 0);
+    // Told by the request before its freeze, or now (a dump was under way when it asked).
+    const std::int64_t order = mine->asked != 0 ? mine->asked : tell_cause(n, cause);
     h.batch = cause.batch;
     {
-      std::lock_guard guard(mutex_);
+      std::lock_guard lock(mutex_);
       ledger_.asked(h.oom_events);
       ledger_.decided();
     }
@@ -733,20 +744,17 @@ std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
       const auto bound = std::min<std::int64_t>(to_ns(config_.dump_timeout), 1'000'000'000);
       if (const auto c = wait_for_cause(n, monotonic_ns() + bound)) cause = *c;
     }
-    DumpResult r = run_dump(n, true, h, request, cause, start);
     // A dump the others never heard of (the store failed at its trigger) does not count: the ranks' numbers stay
     // alike.
-    finish(r, order != 0);
-    lock.lock();
-    return ledger_.joint_expected() ? await_joint(lock) : r;
+    finish(run_dump(n, true, h, mine->request, cause, start), order != 0);
   } catch (const std::exception& e) {
     DumpResult r;
-    r.kind = request.kind;
+    r.kind = mine->request.kind;
     r.error = e.what();
     log().error("dump failed: {}", e.what());
     finish(r);
-    return r;
   }
+  return true;
 }
 
 std::optional<StoreProtocol::Cause> StoreProtocol::wait_for_cause(std::int64_t n, std::int64_t deadline_ns) {
@@ -1073,17 +1081,6 @@ bool StoreProtocol::every_file_done(std::int64_t n, std::vector<char>& seen) {
   return true;
 }
 
-DumpResult StoreProtocol::await_joint(std::unique_lock<std::mutex>& lock) {
-  // The watcher's own requests (SIGUSR1, SIGTERM) never wait: the joint dump is the watcher's to answer.
-  if (watcher_id_ == std::this_thread::get_id()) return ledger_.last_result();
-  switch (ledger_.await_joint(lock, cv_, stop_, config_.dump_timeout)) {
-    case DumpLedger::Joint::never_started: log().warn("{}", kJointNeverStartedText); break;
-    case DumpLedger::Joint::unfinished: return gave_up_waiting(ledger_.last_result().kind, config_.dump_timeout);
-    default: break;
-  }
-  return ledger_.last_result();
-}
-
 void StoreProtocol::finish(DumpResult result, bool counted) {
   {
     std::lock_guard lock(mutex_);
@@ -1157,8 +1154,8 @@ void StoreProtocol::shutdown(bool normal) {
   bool agreed = false;
   {
     std::unique_lock lock(mutex_);
-    // The dump under way ends first.
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !ledger_.under_way(); });
+    // The dump under way ends first, and one a request of this rank asked for (the watcher runs both).
+    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !requests_.busy(); });
     stop_ = true;
     reached = ledger_.number();
     agreed = state_ != State::off;

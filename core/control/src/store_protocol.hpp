@@ -44,6 +44,7 @@
 #include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
 #include "dump_ledger.hpp"
+#include "dump_requests.hpp"
 #include "dump_signal.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
@@ -57,7 +58,7 @@
 
 namespace oomflight {
 
-class StoreProtocol final : public DumpCoordinator {
+class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transport {
  public:
   /// `identity` already holds this rank's rank, world size and local rank; its run name and job id are replaced by
   /// rank 0's once the ranks agree (on the watcher thread, under `identity_mutex`, which whoever reads them outside
@@ -212,9 +213,21 @@ class StoreProtocol final : public DumpCoordinator {
                 std::int64_t deadline_ns);
   // Every rank with a file of dump n said done, or left (seen: what earlier looks saw).
   bool every_file_done(std::int64_t n, std::vector<char>& seen);
-  // A request that a dump answered, on an origin of it: waits for the joint dump that a rank that failed during
-  // it asked for (DumpLedger::await_joint); returns the last result. `lock` holds mutex_.
-  DumpResult await_joint(std::unique_lock<std::mutex>& lock);
+  // DumpRequests::Transport: a request tells the other ranks through the store before its freeze (tell_cause), and
+  // rings this watcher, which runs every dump of this rank.
+  bool can_ask() const override { return true; }
+  std::int64_t ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) override;
+  void wake_watcher() override { doorbell_.ring(); }
+  // The cause a request of this rank gives its dump, at `batch`: for a failure that came during the last dump,
+  // after this rank's freeze and said in time (say_done), the joint dump's (that dump's origins stay for this one,
+  // which names them too and replaces their archive; `say`: log it).
+  Cause cause_for(const DumpRequest& request, std::int64_t batch, bool say);
+  // dN/trigger, and for the first origin (the add gives it 1) dN/cause, then this node's watchers rung. Returns the
+  // trigger's order, 0 when the store failed (the dump then does not count). Never throws.
+  std::int64_t tell_cause(std::int64_t n, const Cause& cause);
+  // The watcher: runs the dump that a request of this rank (or its own, for a signal) asked for, when it is due.
+  // Returns whether it ran one.
+  bool run_pending();
   // The paths under `prefix`R for every rank R that this host can see (the others are named in the log).
   std::vector<std::string> visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks);
   bool every_rank_answered(std::int64_t n, std::vector<char>& answered);  // answered: what earlier looks saw
@@ -240,7 +253,7 @@ class StoreProtocol final : public DumpCoordinator {
   State state_ = State::agreeing;
   bool stop_ = false;
   DumpLedger ledger_;  // the dumps' numbers and the rules both transports keep (mutex_)
-  std::thread::id watcher_id_;  // (mutex_) the watcher's, for what it must never wait on itself
+  DumpRequests requests_{cv_, stop_, ledger_, recorder_, *this, id_.rank, config_.dump_timeout};  // (mutex_)
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool said_ending_ = false;  // this rank added itself to `ending` (its leave agreement): it never leaves early

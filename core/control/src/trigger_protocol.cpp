@@ -161,7 +161,6 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
     if (signal_installed_) uninstall_dump_signal();
     if (exit_installed_ && !exiting_) uninstall_exit_signal();
     doorbell_.ring();
-    late_request_cv_.notify_all();
     done_.notify_all();
     // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
@@ -234,89 +233,25 @@ bool TriggerProtocol::watcher_joined() {
 
 std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
-  // The watcher is freezing this rank for a dump it did not ask for: whether that dump counts this rank as an
-  // origin (its oom event is in the ring) is known after the freeze, a millisecond or two (DumpLedger::deciding).
-  done_.wait_for(lock, config_.dump_timeout, [&] { return stop_ || !ledger_.deciding(); });
-  if (stop_) {
-    DumpResult r;
-    r.kind = request.kind;
-    r.error = "the oomflight session was already shut down";
-    return r;
-  }
-  std::int64_t target = 0;
-  std::string say;
-  // A request of this process that the watcher has not begun yet (another thread asked first): share its dump.
-  const bool share = pending_ && !ledger_.under_way();
-  const DumpLedger::Turn turn = share ? DumpLedger::Turn::covered
-                                      : ledger_.join(request, recorder_.oom_events(), id_.rank, say);
-  if (!say.empty()) log().error("{}", say);
-  switch (turn) {
-    case DumpLedger::Turn::answered:
-      return ledger_.last_result();  // that dump finished before the failing thread asked, on a loaded machine
-    case DumpLedger::Turn::joins:
-      // That dump began on another rank's trigger, and this rank's line named the failure from its oom event only:
-      // the job's own words reach the user here (they also go into the archive's reason, with_late_request).
-      late_request_cv_.notify_all();
-      target = ledger_.number();
-      break;
-    case DumpLedger::Turn::covered:
-      target = share ? pending_epoch_ : ledger_.number();
-      break;
-    case DumpLedger::Turn::follows:
-      // This rank failed during another rank's dump, after its freeze: its DONE message for that dump asks the
-      // dump's origins to stay for the next one, which names them all (the joint dump, docs/protocol.md).
-      if (pending_) {
-        target = pending_epoch_;  // another thread of this process asked for the dump that follows: share it
-        break;
-      }
-      [[fallthrough]];
-    case DumpLedger::Turn::asks: {
-      // The reason first (before any step another rank could block), then the triggers, then the freeze: the other
-      // ranks' freezes and safety copies overlap this one's instead of following it (the freeze copies the whole
-      // ring: 1 to 2 ms for 100,000 events). Sending takes microseconds, so the history is still frozen at once.
-      // The watcher sends them instead, with the dump, while a dump is under way (the epoch is not this one's). A
-      // snapshot being written yields to this request on every rank (snapshot_writer.hpp).
-      const std::int64_t batch = request.batch >= 0 ? request.batch : recorder_.batch();
-      announce(request, batch);
-      // broken_ changes only while a dump is under way (the watcher's), so it is read safely here.
-      const bool under_way = ledger_.under_way();
-      const bool triggers_sent = !under_way && !broken_;
-      if (triggers_sent) {
-        send_triggers(batch, request.kind);
-        log().debug("triggers sent to every rank before the freeze");
-      }
-      FrozenHistory h = recorder_.freeze(request.device);
-      h.batch = batch;
-      pending_ = Pending{std::move(h), request, triggers_sent};
-      pending_epoch_ = under_way ? ledger_.number() + 1 : ledger_.number();
-      target = pending_epoch_;
-      doorbell_.ring();
-      break;
-    }
-  }
-  const auto give_up = std::chrono::steady_clock::now() + 3 * config_.dump_timeout;
-  const bool finished = done_.wait_until(lock, give_up, [&] { return stop_ || ledger_.number() > target; });
-  if (finished && ledger_.number() > target) {
-    // A rank failed during this rank's dump and asked to join it: its dump follows at once and names this rank as
-    // well, replacing the archive just written. Returning now would end the job before it (the joint dump).
-    switch (ledger_.await_joint(lock, done_, stop_, config_.dump_timeout)) {
-      case DumpLedger::Joint::never_started: log().warn("{}", kJointNeverStartedText); break;
-      case DumpLedger::Joint::unfinished: return gave_up_waiting(request.kind, config_.dump_timeout);
-      default: break;
-    }
-    return ledger_.last_result();
-  }
-  return gave_up_waiting(request.kind, config_.dump_timeout);
+  return requests_.request(lock, request);  // nullopt once shut down: the session writes this rank alone
+}
+
+std::string TriggerProtocol::why_alone() {
+  std::lock_guard lock(mutex_);
+  return stop_ ? "after this rank's oomflight session ended" : "";
+}
+
+std::int64_t TriggerProtocol::ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) {
+  send_triggers(number, batch, request.kind);
+  log().debug("triggers sent to every rank before the freeze");
+  return 1;
 }
 
 void TriggerProtocol::queue_signal_dump(const DumpRequest& request) {
   // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
-  if (pending_ || ledger_.under_way()) return;
+  if (requests_.busy()) return;
   if (request.kind == DumpKind::signal && !signal_limiter_.allow(config_.signal_dump_interval)) return;
-  FrozenHistory h = recorder_.freeze();
-  announce(request, h.batch);
-  pending_ = Pending{std::move(h), request};
-  pending_epoch_ = ledger_.number();
+  requests_.queue(request);
 }
 
 void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
@@ -334,7 +269,7 @@ void TriggerProtocol::watch() {
 
 void TriggerProtocol::watch_until_stopped() {
   for (;;) {
-    // Sleep, not spin: an idle watcher costs one wake-up per poll interval. Whatever sets pending_, stop_ or a
+    // Sleep, not spin: an idle watcher costs one wake-up per poll interval. Whatever queues a request, sets stop_ or a
     // snapshot rings after setting it, and a ring outlives a wait that has not started yet, so none is missed.
     const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     bool local = false;
@@ -345,7 +280,7 @@ void TriggerProtocol::watch_until_stopped() {
       if (stop_) {
         // A request whose triggers are out already: the other ranks are on their way into its vote. Run it
         // (shutdown() waits for it, within its bound) rather than leave them to time out.
-        if (!(pending_ && pending_->triggers_sent && pending_epoch_ <= ledger_.number())) return;
+        if (!requests_.due_and_asked()) return;
         last_dump = true;
       } else {
         if (take_dump_signal()) queue_signal_dump(signal_request(DumpKind::signal));
@@ -363,7 +298,7 @@ void TriggerProtocol::watch_until_stopped() {
           }
         }
       }
-      local = pending_.has_value() && pending_epoch_ <= ledger_.number();
+      local = requests_.due();
     }
     if (end_now != nullptr) end_by_sigterm(end_now);
     bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
@@ -379,7 +314,7 @@ void TriggerProtocol::watch_until_stopped() {
     bool end = false;
     {
       std::lock_guard lock(mutex_);
-      end = exiting_ && !pending_ && !ledger_.under_way();
+      end = exiting_ && !requests_.busy();
     }
     if (end) end_by_sigterm(plan_sigterm(false, false, true, true).why);
   }
@@ -442,7 +377,7 @@ std::string TriggerProtocol::gone_ranks_text(bool before_dump) const {
 bool TriggerProtocol::dump_waiting() {
   {
     std::lock_guard lock(mutex_);
-    if (stop_ || (pending_ && pending_epoch_ <= ledger_.number())) return true;
+    if (stop_ || requests_.due()) return true;
   }
   // A trigger taken here is kept in heard_origins_ for the watcher's next turn (watch_until_stopped).
   return !heard_origins_.empty() || poll_trigger_message();
@@ -474,9 +409,9 @@ bool TriggerProtocol::await_rung_trigger() {
   return false;
 }
 
-void TriggerProtocol::send_triggers(std::int64_t batch, DumpKind kind) {
+void TriggerProtocol::send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind) {
   auto& msg = new_outgoing_message();
-  const TriggerMessage m{ledger_.number(), batch, id_.rank, static_cast<std::int32_t>(kind)};
+  const TriggerMessage m{number, batch, id_.rank, static_cast<std::int32_t>(kind)};
   std::memcpy(msg.data(), &m, sizeof(m));
   for (int r = 0; r < id_.world_size; ++r) {
     if (r == id_.rank) continue;
@@ -514,16 +449,15 @@ void TriggerProtocol::run_dump() {
   bool awaiting = false;  // an origin through its oom event, whose own request has not come yet
   bool rejoin = false;    // an origin of the dump this one replaces (the joint dump)
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    if (auto mine = requests_.take_due(lock)) {
+      is_origin = true;
+      triggers_sent = mine->asked != 0;
+      h = std::move(mine->history);
+      request = std::move(mine->request);
+    }
     ledger_.begin();  // deciding until the freeze says whether this rank is an origin
     active_start_ns_ = start;
-    if (pending_ && pending_epoch_ <= ledger_.number()) {
-      is_origin = true;
-      triggers_sent = pending_->triggers_sent;
-      h = std::move(pending_->history);
-      request = std::move(pending_->request);
-      pending_.reset();
-    }
     rejoin = !is_origin && ledger_.joint_expected();
     if (rejoin) {
       request = ledger_.joint_request();
@@ -565,7 +499,7 @@ void TriggerProtocol::run_dump() {
   }
   done_.notify_all();  // a request() waiting for this verdict
   timeline_.mark("freeze");
-  if (is_origin && !broken_ && !triggers_sent) send_triggers(h.batch, request.kind);
+  if (is_origin && !broken_ && !triggers_sent) send_triggers(ledger_.number(), h.batch, request.kind);
   timeline_.mark("triggers");
   DumpResult result;
   if (broken_) {
@@ -608,7 +542,7 @@ DumpRequest TriggerProtocol::with_late_request(const DumpRequest& asked) {
   // thread asked. Its request carries the job's own error text for the archive's reason (the safety copy is
   // written already; every other rank waits in the vote meanwhile, so not for long).
   std::unique_lock lock(mutex_);
-  return ledger_.words(lock, late_request_cv_, stop_, config_.dump_timeout).value_or(asked);
+  return ledger_.words(lock, done_, stop_, config_.dump_timeout).value_or(asked);
 }
 
 TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, bool is_origin,

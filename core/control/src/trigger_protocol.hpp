@@ -17,6 +17,7 @@
 #include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
 #include "dump_ledger.hpp"
+#include "dump_requests.hpp"
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
 #include "oomflight/control/config.hpp"
@@ -32,7 +33,7 @@
 
 namespace oomflight {
 
-class TriggerProtocol final : public DumpCoordinator {
+class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Transport {
  public:
   /// Collective over `comm` (already duplicated for us; we own it). Posts the trigger receive and starts the
   /// watcher thread. References must outlive the protocol.
@@ -45,8 +46,9 @@ class TriggerProtocol final : public DumpCoordinator {
   /// process join the same dump when they can.
   std::optional<DumpResult> request(const DumpRequest& request) override;
 
-  /// Never alone: every request is coordinated (a rank that cannot be makes no TriggerProtocol).
-  std::string why_alone() override { return {}; }
+  /// Why a request was not coordinated: only once this rank's session ended (a rank that cannot be coordinated makes
+  /// no TriggerProtocol).
+  std::string why_alone() override;
 
   /// queue_snapshot(); always true.
   bool take_snapshot(const SnapshotWindow& window,
@@ -98,11 +100,11 @@ class TriggerProtocol final : public DumpCoordinator {
   bool peer_never_finalises() override;
 
  private:
-  struct Pending {
-    FrozenHistory history;
-    DumpRequest request;
-    bool triggers_sent = false;  // request() sent them before freezing (else the watcher does)
-  };
+  // DumpRequests::Transport: the triggers, sent by a request before its freeze (not once a dump left the ranks out
+  // of step), and the watcher's doorbell.
+  bool can_ask() const override { return !broken_; }
+  std::int64_t ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) override;
+  void wake_watcher() override { doorbell_.ring(); }
   // Whether a dump waits for this watcher (its own request, a trigger from another rank, shutdown): a snapshot
   // write yields to it. Watcher thread only.
   bool dump_waiting();
@@ -120,8 +122,8 @@ class TriggerProtocol final : public DumpCoordinator {
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
   void announce(const DumpRequest& request, std::int64_t batch) const;
-  // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of `kind` (the watcher, mutex_
-  // held). A dump already asked for or under way covers it.
+  // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of the request's kind (the
+  // watcher, mutex_ held). A dump already asked for or under way covers it.
   void queue_signal_dump(const DumpRequest& request);
   void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
@@ -132,7 +134,7 @@ class TriggerProtocol final : public DumpCoordinator {
   // A rank of this node rang: its trigger is on its way. Polls for it briefly before going back to sleep.
   bool await_rung_trigger();
   void run_dump();
-  void send_triggers(std::int64_t batch, DumpKind kind);
+  void send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind);
   bool wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left = false);
   DumpResult agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t deadline_ns,
                              std::int64_t start_ns);
@@ -157,15 +159,13 @@ class TriggerProtocol final : public DumpCoordinator {
   std::vector<DoorbellAddress> node_doorbells_;  // the other ranks' of this node, rung with every trigger sent
   std::condition_variable done_;   // requesting threads wait here for their dump
   bool stop_ = false;
-  std::optional<Pending> pending_;       // a local request not yet taken by the watcher
-  std::int64_t pending_epoch_ = 0;       // the dump the pending request belongs to
   DumpLedger ledger_;                    // the dumps' numbers and the rules both transports keep (mutex_)
+  DumpRequests requests_{done_, stop_, ledger_, recorder_, *this, id_.rank, config_.dump_timeout};  // (mutex_)
   std::int64_t active_start_ns_ = 0;     // when it began (monotonic)
   bool watcher_exited_ = false;
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
   std::string safety_path_shared_;       // safety_path_, readable under mutex_
   SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
-  std::condition_variable late_request_cv_;  // an origin through its oom event waits here for its thread's words
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
