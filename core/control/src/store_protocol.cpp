@@ -351,48 +351,33 @@ bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
   return state_ == State::agreed;
 }
 
-void StoreProtocol::end_on_sigterm() {
-  if (!exit_signal_ || !take_exit_signal()) return;
-  // One dump per ending, as over MPI: the launcher's SIGTERM after an exit dump this rank took part in, or while it
-  // leaves at its normal end, ends the process with no second dump (issue 40: a second exit dump per rank waited
-  // the whole deadline for a rank that had already ended).
-  SigtermPlan plan;
+void StoreProtocol::take_signal_turn() {
+  SignalTurn turn;
   {
     std::lock_guard lock(mutex_);
-    plan = plan_sigterm(ledger_.exit_dumped(), left_, config_.dump_on_exit, state_ == State::agreed);
+    // SIGUSR1 once the agreement said whether the ranks coordinate (a request waits for it, and it is this
+    // thread's); SIGTERM at once, whatever the state (torchrun's SIGKILL follows 30 s later).
+    turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval,
+                        dump_signal_ && state_ != State::agreeing, exit_signal_, left_, config_.dump_on_exit,
+                        state_ == State::agreed);
   }
-  if (plan.exit_dump) {
-    std::lock_guard lock(mutex_);
-    (void)requests_.queue(signal_request(DumpKind::exit));  // a request waiting for this watcher covers it
+  if (turn.usr1_alone) {
+    log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
   }
+  if (turn.end_why == nullptr) return;  // a signal dump queued is run by the loop (run_pending)
   (void)run_pending();  // the exit dump, or a request's that waited for this watcher: every dump runs here
-  std::int64_t reached = 0;
-  {
-    std::lock_guard lock(mutex_);
-    reached = ledger_.number();
-  }
   // The process ends on a signal: no dump after this one may wait for it (the others learn it now, not at their
   // deadline). A rank already counted as ending normally is not counted again as leaving early.
+  std::int64_t reached = 0;
   bool agreed = false, ending = false;
   {
     std::lock_guard lock(mutex_);
+    reached = ledger_.number();
     agreed = state_ == State::agreed;
     ending = said_ending_;
   }
   if (agreed) tell_left(reached, !ending);
-  end_by_sigterm_saying(plan.why);
-}
-
-void StoreProtocol::dump_on_sigusr1() {
-  if (!dump_signal_ || !take_dump_signal()) return;
-  if (state_off()) {
-    log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
-    return;
-  }
-  std::lock_guard lock(mutex_);
-  if (requests_.busy()) return;  // a dump asked for or under way covers it
-  if (!signal_limiter_.allow(config_.signal_dump_interval)) return;
-  (void)requests_.queue(signal_request(DumpKind::signal));  // this watcher runs it next (run_pending)
+  end_by_sigterm_saying(turn.end_why);
 }
 
 bool StoreProtocol::state_off() {
@@ -491,7 +476,7 @@ void StoreProtocol::watch() {
   int failures = 0;
   std::int64_t next_store_ns = 0;  // when the store is asked next: at the job's pace (store_pacing.hpp)
   for (;;) {
-    end_on_sigterm();
+    take_signal_turn();
     // The signals are looked at every OOMFLIGHT_POLL_INTERVAL, whatever the store's pace: a SIGTERM is acted on at
     // once at any scale (torchrun's SIGKILL follows 30 s later). A rank of this node that wrote a dump's cause rings
     // this doorbell: the store is looked at now, not at the next look its pace allows (issue 40, item 7).
@@ -502,7 +487,7 @@ void StoreProtocol::watch() {
     }
     const std::int64_t now = monotonic_ns();
     if (state_off()) {
-      dump_on_sigusr1();  // says that it cannot
+      take_signal_turn();  // SIGUSR1 is said to be of no use; SIGTERM ends the process
       if (verdict_late_ && now >= next_store_ns) {
         // This rank gave up on rank 0's verdict; rank 0 may still publish one (it started late): adopt it then, or
         // this rank would stay out of every dump the others coordinate.
@@ -520,15 +505,10 @@ void StoreProtocol::watch() {
       }
       continue;
     }
-    bool agreed_now = false;
-    {
-      std::lock_guard lock(mutex_);
-      agreed_now = state_ == State::agreed;
-    }
-    if (agreed_now) dump_on_sigusr1();  // once agreed: request() waits for the agreement, which is this thread's
+    take_signal_turn();  // right after the wait: a signal dump queued now is run in this turn
     // A request of this rank (or a signal's) is run now, whatever the store's pace: its thread waits for it.
     if (run_pending()) {
-      end_on_sigterm();
+      take_signal_turn();
       continue;
     }
     if (now < next_store_ns && !rings.other) continue;
@@ -584,7 +564,7 @@ void StoreProtocol::watch() {
       }
       if (mine) {
         (void)run_pending();
-        end_on_sigterm();
+        take_signal_turn();
         continue;
       }
       // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of
@@ -641,7 +621,7 @@ void StoreProtocol::watch() {
         log().error("dump {} failed on this rank: {}", n, e.what());
         finish(std::move(r));
       }
-      end_on_sigterm();
+      take_signal_turn();
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(mutex_);

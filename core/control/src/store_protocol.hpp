@@ -46,6 +46,7 @@
 #include "dump_ledger.hpp"
 #include "dump_requests.hpp"
 #include "dump_signal.hpp"
+#include "signal_turn.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
 #include "oomflight/control/rank_identity.hpp"
@@ -171,11 +172,11 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
   // After a complete leave agreement, the watcher stopped: the last word of a rank (`gone`), and rank 0's wait for
   // the others' (it may host the store's server, which goes when it lets go of the store).
   void leave_last(std::int64_t ending);
-  // SIGTERM arrived: after the dump under way (or an exit dump, once per ending), tell the store this rank left and
-  // end as SIGTERM would.
-  void end_on_sigterm();
-  void dump_on_sigusr1();
-  bool state_off();  // SIGUSR1 arrived: a signal dump of every rank (at most one per signal_dump_interval)
+  // The signals since the last turn (take_signals): SIGUSR1 queues a signal dump for this watcher; SIGTERM runs what
+  // is queued (an exit dump, once per ending, or a request's), tells the store this rank left and ends as SIGTERM
+  // would. Watcher only.
+  void take_signal_turn();
+  bool state_off();
   bool try_agree(std::int64_t deadline_ns);  // false while hellos (rank 0) or the verdict (others) are missing
   bool take_verdict(std::int64_t deadline_ns);  // ranks other than 0: rank 0's verdict, once it is there
   void adopt_verdict(const std::vector<std::string>& verdict);  // {version, "ok", run, job} | {version, "off", why}

@@ -247,13 +247,6 @@ std::int64_t TriggerProtocol::ask_others(const DumpRequest& request, std::int64_
   return 1;
 }
 
-void TriggerProtocol::queue_signal_dump(const DumpRequest& request) {
-  // Called by the watcher with mutex_ held. A dump already asked for or under way covers this request.
-  if (requests_.busy()) return;
-  if (request.kind == DumpKind::signal && !signal_limiter_.allow(config_.signal_dump_interval)) return;
-  requests_.queue(request);
-}
-
 void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
   // The root cause first, on this rank's stderr, before any step another rank could block or a teardown could
   // cut short: whatever happens to the dump, the user reads why the job died.
@@ -274,7 +267,6 @@ void TriggerProtocol::watch_until_stopped() {
     const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
     bool local = false;
     bool last_dump = false;
-    const char* end_now = nullptr;  // why the process ends now (plan_sigterm)
     {
       std::lock_guard lock(mutex_);
       if (stop_) {
@@ -283,24 +275,17 @@ void TriggerProtocol::watch_until_stopped() {
         if (!requests_.due_and_asked()) return;
         last_dump = true;
       } else {
-        if (take_dump_signal()) queue_signal_dump(signal_request(DumpKind::signal));
-        if (exit_installed_ && take_exit_signal()) {
-          // One dump per ending: the launcher's teardown SIGTERM after an exit dump this rank took part in (or
-          // while it is leaving at its normal end) ends the process as SIGTERM would, with no second dump (a
-          // stray rank-local exit file beside the archive, issue 29). The handler is installed only with
-          // OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this protocol was made.
-          const SigtermPlan plan = plan_sigterm(ledger_.exit_dumped(), leaving_, true, true);
-          if (!plan.exit_dump) {
-            end_now = plan.why;
-          } else {
-            exiting_ = true;
-            queue_signal_dump(signal_request(DumpKind::exit));
-          }
+        // The handler of SIGTERM is installed only with OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this
+        // protocol was made.
+        const SignalTurn turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval, true,
+                                             exit_installed_, leaving_, true, true);
+        if (turn.end_why != nullptr) {
+          exiting_ = true;
+          exit_why_ = turn.end_why;
         }
       }
       local = requests_.due();
     }
-    if (end_now != nullptr) end_by_sigterm(end_now);
     bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
     if (!remote && !local && rings.other) remote = await_rung_trigger();
     if (remote) {
@@ -316,7 +301,7 @@ void TriggerProtocol::watch_until_stopped() {
       std::lock_guard lock(mutex_);
       end = exiting_ && !requests_.busy();
     }
-    if (end) end_by_sigterm(plan_sigterm(false, false, true, true).why);
+    if (end) end_by_sigterm(exit_why_);  // once what the signal queued, and what was due, is done
   }
 }
 

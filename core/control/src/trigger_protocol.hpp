@@ -19,6 +19,7 @@
 #include "dump_ledger.hpp"
 #include "dump_requests.hpp"
 #include "dump_signal.hpp"
+#include "signal_turn.hpp"
 #include "dump_timeline.hpp"
 #include "oomflight/control/config.hpp"
 #include "oomflight/control/dump_request.hpp"
@@ -122,9 +123,6 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
   void announce(const DumpRequest& request, std::int64_t batch) const;
-  // SIGUSR1 or SIGTERM arrived: freeze this rank and make it the origin of a dump of the request's kind (the
-  // watcher, mutex_ held). A dump already asked for or under way covers it.
-  void queue_signal_dump(const DumpRequest& request);
   void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
   void end_by_sigterm(const char* why);
@@ -170,6 +168,7 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
+  const char* exit_why_ = "";            // ... with these words (take_signals)
   std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
   DumpTimeline timeline_;                // this dump's steps, logged at its end (watcher; docs/scale.md)
 

@@ -1,0 +1,29 @@
+#include "signal_turn.hpp"
+
+#include "sigterm_plan.hpp"
+
+namespace oomflight {
+
+SignalTurn take_signals(DumpRequests& requests, const DumpLedger& ledger, SignalDumpLimiter& limiter,
+                        std::chrono::milliseconds interval, bool usr1, bool term, bool leaving, bool dump_on_exit,
+                        bool coordinated) {
+  SignalTurn turn;
+  if (usr1 && take_dump_signal()) {
+    if (!coordinated) {
+      turn.usr1_alone = true;
+    } else if (!requests.busy() && limiter.allow(interval)) {  // a dump asked for or under way covers it
+      (void)requests.queue(signal_request(DumpKind::signal));
+    }
+  }
+  if (term && take_exit_signal()) {
+    // One dump per ending: the launcher's teardown SIGTERM after an exit dump this rank took part in, or while it
+    // leaves at its normal end, ends the process with no second dump (a stray rank-local exit file beside the
+    // archive, issue 29; over the store, a second exit dump per rank waited the whole deadline, issue 40).
+    const SigtermPlan plan = plan_sigterm(ledger.exit_dumped(), leaving, dump_on_exit, coordinated);
+    if (plan.exit_dump) (void)requests.queue(signal_request(DumpKind::exit));  // a request waiting covers it
+    turn.end_why = plan.why;
+  }
+  return turn;
+}
+
+}  // namespace oomflight
