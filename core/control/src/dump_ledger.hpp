@@ -116,10 +116,6 @@ class DumpLedger {
   /// ..."), empty when the request has no words: the job's own error reaches the user whatever the archive says.
   std::string offer(const DumpRequest& request, int rank);
 
-  /// A failing thread's oom request waited for the dump under way, which answers it: a later request with no new oom
-  /// event is not answered by that dump's result (answered()).
-  void claimed() { unclaimed_oom_events_ = 0; }
-
   /// Whether `request` is the failing thread's oom request of a failure that a finished dump already holds: its oom
   /// event made this rank an origin of that dump and no oom event came since (`oom_events_now`). Then that dump is
   /// the answer (last_result()), not a second archive of the same failure, and `say` gets the line to log at error
