@@ -16,6 +16,7 @@
 #include "dump_timeline.hpp"
 #include "dump_words.hpp"
 #include "environment.hpp"
+#include "leave_rule.hpp"
 #include "oomflight/base/log.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/format/archive_merge.hpp"
@@ -1073,9 +1074,12 @@ std::int64_t StoreProtocol::leave_together() {
   // The leave agreement of the store (docs/protocol.md, "Leaving"): a rank that ends normally keeps answering dumps
   // (its watcher runs on) until every rank has ended or left on an error, so that an OOM on a slower rank still
   // finds this rank's history; bounded by OOMFLIGHT_DUMP_TIMEOUT.
-  const int size = id_.world_size;
+  // The rule is leave_rule.hpp's; the store counts who ended (`ending`) and who is gone (`left_early`: on an error,
+  // after its store, or seen ending in silence by a peer of its node, notice_vanished).
   const std::int64_t deadline = monotonic_ns() + to_ns(config_.dump_timeout);
-  std::int64_t ending = 0, ended = 0;
+  LeaveTally tally;
+  tally.world_size = id_.world_size;
+  LeaveStep step = LeaveStep::wait;
   try {
     {
       std::lock_guard lock(mutex_);
@@ -1084,9 +1088,10 @@ std::int64_t StoreProtocol::leave_together() {
     store_->set(fmt::format("ending/{}", id_.rank), "1");  // first: a peer that sees this process end then counts
     store_->add("ending", 1);                               // it once (notice_vanished)
     for (;;) {
-      ending = store_->add("ending", 0);
-      ended = ending + store_->add("left_early", 0);
-      if (ended >= size || monotonic_ns() >= deadline) break;
+      tally.ended = static_cast<int>(store_->add("ending", 0));
+      tally.gone = static_cast<int>(store_->add("left_early", 0));
+      step = next_leave_step(tally, monotonic_ns() >= deadline);
+      if (step != LeaveStep::wait) break;
       notice_vanished();
       sleep_for(pacing_.wait * 2);
     }
@@ -1094,13 +1099,13 @@ std::int64_t StoreProtocol::leave_together() {
     log().debug("the job's store at the end: {}", e.what());
     return 0;
   }
-  if (ended < size) {
-    log().info("leaving before every rank ended ({} of {} within {}, OOMFLIGHT_DUMP_TIMEOUT)", ended, size,
-               format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
+  if (step != LeaveStep::together) {
+    log().warn("{}", leaving_without_them_text(tally, config_.dump_timeout));
     return 0;
   }
-  log().debug("every rank ended or left ({} of {}): leaving", ended, size);
-  return ending;
+  log().debug("every rank ended or left ({} ended, {} gone, of {}): leaving", *tally.ended, tally.gone,
+              tally.world_size);
+  return *tally.ended;
 }
 
 void StoreProtocol::leave_last(std::int64_t ending) {

@@ -127,6 +127,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   leave_ = std::make_unique<LeaveAgreement>(comm_, leave_comm, id_.rank, id_.world_size,
                                             std::make_unique<PeerProcesses>(node.processes));
   votes_ = std::make_unique<protocol::VoteReduction>(id_.world_size);
+  leave_tally_.world_size = id_.world_size;
   if (config_.snapshots()) {
     MPI_Comm snapshot_comm = MPI_COMM_NULL;
     MPI_Comm_dup(comm_, &snapshot_comm);  // collective, like this constructor
@@ -148,12 +149,12 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
       // to leave, a rank left without it, or the deadline; a dump under way then is waited for below, as always.
       leaving_ = true;
       doorbell_.ring();
-      const bool together = done_.wait_for(lock, config_.dump_timeout, [&] {
-        return left_together_ || any_gone_ || watcher_exited_;
+      // The rule is leave_rule.hpp's, the tally the watcher's (poll_leave): MPI's barrier says only that all ended.
+      const bool decided = done_.wait_for(lock, config_.dump_timeout, [&] {
+        return next_leave_step(leave_tally_, false) != LeaveStep::wait || watcher_exited_;
       });
-      if (!together) {
-        log().warn("not every rank ended its oomflight session within OOMFLIGHT_DUMP_TIMEOUT of this one; leaving "
-                   "without them (a dump they ask for now falls back to rank-local files at once)");
+      if (!decided && next_leave_step(leave_tally_, true) == LeaveStep::deadline) {
+        log().warn("{}", leaving_without_them_text(leave_tally_, config_.dump_timeout));
       }
     }
     stop_ = true;
@@ -346,12 +347,11 @@ void TriggerProtocol::poll_leave() {
     snapshots_->abandon();
     log().info("no more snapshots in this job: {}", gone_ranks_text(false));
   }
-  if (gone || together) {
-    std::lock_guard lock(mutex_);
-    if ((gone && !any_gone_) || (together && !left_together_)) done_.notify_all();
-    any_gone_ = any_gone_ || gone;
-    left_together_ = left_together_ || together;
-  }
+  const int gone_count = static_cast<int>(leave_->gone().size());
+  std::lock_guard lock(mutex_);
+  if (gone_count != leave_tally_.gone || (together && !leave_tally_.all_ended)) done_.notify_all();
+  leave_tally_.gone = gone_count;
+  leave_tally_.all_ended = leave_tally_.all_ended || together;
 }
 
 std::string TriggerProtocol::gone_ranks_text(bool before_dump) const {

@@ -29,6 +29,7 @@
 #include "vote_summary.hpp"
 #include "oomflight/control/snapshot_schedule.hpp"
 #include "leave_agreement.hpp"
+#include "leave_rule.hpp"
 #include "snapshot_writer.hpp"
 #include "oomflight/control/watcher_doorbell.hpp"
 
@@ -185,8 +186,7 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   std::unique_ptr<LeaveAgreement> leave_;
   std::unique_ptr<protocol::VoteReduction> votes_;  // the agreement's MPI datatype and operation (vote_summary.hpp)  // its barrier: watcher only; after the watcher stopped: shutdown()
   bool leaving_ = false;        // shutdown() asked to leave together (mutex_)
-  bool left_together_ = false;  // every rank asked to leave (mutex_)
-  bool any_gone_ = false;       // a rank left without the agreement (mutex_)
+  LeaveTally leave_tally_;       // what the watcher knows of the others' ends (mutex_; world_size set at start)
   std::unique_ptr<SnapshotWriter> snapshots_;  // with a schedule: the snapshots, on a communicator of their own
   std::thread watcher_;
 };
