@@ -590,6 +590,48 @@ class DemoArchive(unittest.TestCase):
         # The failed request is nll_loss_backward's output, made on autograd's thread: C++ frames only.
         self.assertIn("RegisterCUDA_0.cpp", {f["filename"].split("/")[-1] for f in origin[-1]["frames"]})
 
+    def test_the_report_says_what_the_cache_held_at_the_failure(self):
+        """Under the origin, one line says what the allocator's cache held at the failure: its free bytes are the
+        figure torch's own message gives ("reserved by PyTorch but unallocated"), split by pool, each pool's free
+        runs and the largest computed here from the state rows themselves (the replay lists only the blocks that are
+        not free); and no one free block holds the 998 MiB request."""
+        import h5py
+        with h5py.File(self.oom, "r") as f:
+            row = [r for r in f["ranks"][...] if r["rank"] == 2][0]
+            segs, blocks = f["state_segments"][...], f["state_blocks"][...]
+        pools = {"large": [0, 0, 0], "small": [0, 0, 0]}  # free bytes, free runs, largest run
+        taken = sorted((int(b["address"]), int(b["size"])) for b in blocks if b["rank"] == 2 and b["state"] != 2)
+        for seg in segs[segs["rank"] == 2]:
+            start, end = int(seg["address"]), int(seg["address"]) + int(seg["total_size"])
+            pool = pools["small" if int(seg["segment_type"]) == 1 or (int(seg["segment_type"]) == 255 and
+                                                                     end - start == 2 << 20) else "large"]
+            cursor = start
+            for address, size in taken + [(end, 0)]:
+                if address < start or address > end:
+                    continue
+                if address > cursor:
+                    pool[0] += address - cursor
+                    pool[1] += 1
+                    pool[2] = max(pool[2], address - cursor)
+                cursor = max(cursor, address + size)
+        size = lambda n: f"{n} B" if n < 1024 else (f"{n / 2**20:.2f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB")
+        free = int(row["reserved_bytes"]) - int(row["allocated_bytes"])
+        self.assertEqual(pools["large"][0] + pools["small"][0], free)
+        report = cli("report", self.oom, cwd=self.work).stdout
+        lines = [l.strip() for l in report.splitlines() if l.strip().startswith("the cache at the failure:")]
+        self.assertEqual(len(lines), 1, report)
+        want = (f"the cache at the failure: {size(free)} reserved but free (large pool {size(pools['large'][0])} in "
+                f"{pools['large'][1]} blocks, the largest {size(pools['large'][2])}; small pool "
+                f"{size(pools['small'][0])} in {pools['small'][1]} blocks, the largest {size(pools['small'][2])}); no "
+                f"free block holds the request of {size(OOM_REQUEST_BYTES)}")
+        self.assertTrue(lines[0].startswith(want), f"{lines[0]}\nwant: {want}")
+        self.assertIn(f"{size(free)} is reserved by PyTorch but unallocated", report)  # torch's own figure
+        self.assertGreater(pools["large"][1], 1)
+        self.assertLess(pools["large"][2], OOM_REQUEST_BYTES)
+        html = self.work / "cache.html"
+        cli("report", self.oom, "--html", html, cwd=self.work)
+        self.assertIn(want, html.read_text())
+
     def test_the_origins_export_is_what_pytorch_would_have_shown(self):
         """The replayed origin's export is the source trace up to the allocation that failed, with the cached
         segments its allocator released before giving up (segment_free, as PyTorch's release_cached_blocks does),

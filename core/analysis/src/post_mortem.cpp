@@ -67,6 +67,7 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
   }
   for (const auto& [addr, l] : live) s.live_bytes_in_history += l.size;
   s.live_count = live.size();
+  if (origin && row.is_origin) s.cache = cache_figures(a.state_segments_of(row.rank), a.state_blocks_of(row.rank));
   if (origin) {
     s.largest.reserve(live.size());
     for (const auto& [addr, l] : live) s.largest.push_back(l);

@@ -540,6 +540,9 @@ std::string header_section(const Archive& a, const PostMortem& pm, const std::ve
     }
     const std::string reason = fixed_string(s.row.reason);
     if (!reason.empty()) put(out, "<pre>{}</pre>\n", html(reason));
+    if (h.kind == "oom" && s.cache) {
+      put(out, "<p class=\"cache\">{}</p>\n", html(cache_at_failure_text(*s.cache, s.row.oom_requested_bytes)));
+    }
     out += context_html(a, s.row.rank);
     out += "</div>\n";
   }

@@ -212,6 +212,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                      format_bytes(s.row.oom_requested_bytes), device_figures_text(s)));
     const std::string reason = printable(fixed_string(s.row.reason));
     if (!reason.empty()) line(fmt::format("    {}", reason));
+    if (s.cache) line(fmt::format("    {}", cache_at_failure_text(*s.cache, s.row.oom_requested_bytes)));
     out += context_lines(a, s.row.rank);
   }
   line("");

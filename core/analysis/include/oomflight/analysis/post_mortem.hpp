@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "oomflight/analysis/cache_figures.hpp"
 #include "oomflight/api.h"
 #include "oomflight/format/archive_reader.hpp"
 
@@ -61,6 +63,9 @@ struct RankSummary {
   std::vector<CallSiteDiff> against_peers;
   std::uint64_t peers_median_live_bytes = 0;  ///< origins only: live bytes in the history of the median peer
   std::int64_t oom_utc_ns = 0;           ///< UTC ns of the last oom event, 0 when none
+  /// Origins only: what the caching allocator held at the freeze, by pool (cache_figures.hpp); nullopt when the
+  /// archive holds no allocator state for the rank.
+  std::optional<CacheFigures> cache;
   std::uint64_t action_counts[kActionCount] = {};
 };
 
