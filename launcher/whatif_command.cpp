@@ -1,6 +1,10 @@
-// `oomflight whatif INPUT --fidelity [--rank R] [--device D]`: PyTorch's caching allocator, modelled
-// (oomflight/analysis/allocator_model.hpp), replayed over a recorded trace. Flags and printing only.
+// `oomflight whatif INPUT [--fidelity | --alloc-conf CONF] [--device-memory SIZE] [--rank R] [--device D]`:
+// PyTorch's caching allocator, modelled (oomflight/analysis/allocator_model.hpp, what_if.hpp), replayed over a
+// recorded trace. Flags and printing only.
+#include <cmath>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,7 +15,10 @@
 #include "isolate.hpp"
 #include "output_guard.hpp"
 #include "oomflight/analysis/allocator_model.hpp"
+#include "oomflight/analysis/what_if.hpp"
+#include "oomflight/base/units.hpp"
 #include "oomflight/export/memory_viz.hpp"
+#include "oomflight/export/user_frames.hpp"
 #include "oomflight/format/archive_reader.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
 
@@ -21,6 +28,8 @@ namespace {
 struct WhatifFlags {
   std::string input;
   bool fidelity = false;
+  std::optional<std::string> alloc_conf;
+  std::optional<std::string> device_memory;
   std::vector<int> ranks;
   int device = -1;
 };
@@ -57,10 +66,107 @@ void print_fidelity(const std::string& what, const TorchSnapshot& s, int only_de
   }
 }
 
+// The innermost frames of a stack, one "function (file:line)" each, for the allocation that fails.
+using SiteText = std::function<std::vector<std::string>(std::int32_t stack_id)>;
+
+std::string frame_text(std::string_view function, std::string_view file, std::int32_t line) {
+  return line > 0 ? fmt::format("{} ({}:{})", function, file, line) : fmt::format("{} ({})", function, file);
+}
+
+std::string verdict(const WhatIfOutcome& o, std::uint64_t capacity) {
+  if (capacity == 0) return "no capacity to fit (give --device-memory)";
+  if (o.fits) {
+    return fmt::format("fits, {} to spare at its peak", format_bytes(capacity - std::min(capacity, o.peak_reserved)));
+  }
+  return fmt::format("does not fit: entry {}, a request of {} needs a new segment of {} with {} reserved{}",
+                     o.failing_entry, format_bytes(o.failing_size), format_bytes(o.failing_segment),
+                     format_bytes(o.reserved_at_failure),
+                     o.released_by_retries > 0
+                         ? fmt::format(" after the retry path released {}", format_bytes(o.released_by_retries))
+                         : std::string());
+}
+
+// The table of one device: the recorded settings against the configured ones, within one capacity. Returns the
+// headroom of the configured replay (capacity - its peak reserved; negative: it does not fit), when it has one.
+// A capacity to fit and where it comes from ("--device-memory", "the rank's device capacity", ...).
+struct Capacity {
+  std::uint64_t bytes = 0;
+  std::string source;
+};
+
+std::optional<double> print_what_if(const std::string& what, const TorchSnapshot& s, int d,
+                                    const std::optional<std::string>& conf, const std::optional<Capacity>& memory,
+                                    const SiteText& site) {
+  const AllocatorSettings recorded = allocator_settings_of(s);
+  const AllocatorSettings configured = conf ? parse_alloc_conf(*conf, recorded) : recorded;
+  const std::optional<std::uint64_t> at_oom = capacity_at_oom(s, d);
+  const std::uint64_t capacity = memory ? memory->bytes : at_oom.value_or(0);
+  const WhatIfOutcome a = replay_what_if(s, d, recorded, capacity);
+  const WhatIfOutcome b = replay_what_if(s, d, configured, capacity);
+  fmt::print("{} device {}: {} against {}, within {}\n", what, d, "the recorded settings",
+             conf ? fmt::format("'{}'", *conf) : std::string("the same (no --alloc-conf)"),
+             memory ? fmt::format("{} ({})", format_bytes(memory->bytes), memory->source)
+             : at_oom ? format_bytes(*at_oom) + " (what the allocator could have had at the recorded OOM: its "
+                                                "segments and the device's free bytes)"
+                      : std::string("no capacity (no OOM recorded, no --device-memory)"));
+  const auto row = [](const char* name, const std::string& x, const std::string& y) {
+    fmt::print("  {:<52} {:>14} {:>14}\n", name, x, y);
+  };
+  row("", "as recorded", "as configured");
+  row("allocations replayed", std::to_string(a.allocations), std::to_string(b.allocations));
+  row("peak allocated", format_bytes(a.peak_allocated), format_bytes(b.peak_allocated));
+  row("peak reserved", format_bytes(a.peak_reserved), format_bytes(b.peak_reserved));
+  row("reserved but unallocated at peak allocated", format_bytes(a.unallocated_at_peak),
+      format_bytes(b.unallocated_at_peak));
+  const char* when_a = a.fits ? "end" : "failure";
+  const char* when_b = b.fits ? "end" : "failure";
+  row(fmt::format("largest free block, large pool (at {} / {})", when_a, when_b).c_str(),
+      format_bytes(a.large.largest_free), format_bytes(b.large.largest_free));
+  row(fmt::format("largest free block, small pool (at {} / {})", when_a, when_b).c_str(),
+      format_bytes(a.small.largest_free), format_bytes(b.small.largest_free));
+  fmt::print("  as recorded: {}\n", verdict(a, capacity));
+  fmt::print("  as configured: {}\n", verdict(b, capacity));
+  if (!b.fits) {
+    const auto& trace = s.device_traces[static_cast<std::size_t>(d)];
+    for (const std::string& frame : site(trace[b.failing_entry].stack_id)) fmt::print("    {}\n", frame);
+  }
+  if (capacity == 0) return std::nullopt;
+  return static_cast<double>(capacity) - static_cast<double>(b.fits ? b.peak_reserved : b.reserved_at_failure +
+                                                                                          b.failing_segment);
+}
+
+// Every device with a trace, or `only_device`; the least headroom among them.
+std::optional<double> print_what_ifs(const std::string& what, const TorchSnapshot& s, const WhatifFlags& f,
+                                     const std::optional<Capacity>& memory, const SiteText& site) {
+  std::optional<double> least;
+  bool any = false;
+  for (std::size_t d = 0; d < s.device_traces.size(); ++d) {
+    if (s.device_traces[d].empty() || (f.device >= 0 && static_cast<int>(d) != f.device)) continue;
+    any = true;
+    const auto h = print_what_if(what, s, static_cast<int>(d), f.alloc_conf, memory, site);
+    if (h && (!least || *h < *least)) least = h;
+  }
+  if (!any) fmt::print("{}: no trace{} to replay\n", what, f.device >= 0 ? fmt::format(" of device {}", f.device) : "");
+  return least;
+}
+
 int run(const WhatifFlags& f) {
-  if (!f.fidelity) {
-    print_error("whatif: only --fidelity is built so far (the table of a configuration against the recorded one, "
-                "--alloc-conf and --device-memory, is not: issue 41)");
+  if (f.fidelity && (f.alloc_conf || f.device_memory)) {
+    print_error("whatif: --fidelity replays with the recorded settings; give it without --alloc-conf and "
+                "--device-memory");
+    return kExitUsage;
+  }
+  std::optional<Capacity> memory;
+  try {
+    if (f.device_memory) memory = Capacity{parse_bytes(*f.device_memory), "--device-memory"};
+  } catch (const std::exception& e) {
+    print_error(fmt::format("--device-memory: {}", e.what()));
+    return kExitUsage;
+  }
+  try {
+    if (f.alloc_conf) (void)parse_alloc_conf(*f.alloc_conf);  // a bad option is said before anything is read
+  } catch (const std::invalid_argument& e) {
+    print_error(fmt::format("--alloc-conf: {}", e.what()));
     return kExitUsage;
   }
   if (!is_hdf5(f.input)) {
@@ -69,21 +175,69 @@ int run(const WhatifFlags& f) {
       return kExitUsage;
     }
     StackTable stacks;
-    print_fidelity(f.input, read_torch_snapshot(f.input, stacks), f.device);
+    const TorchSnapshot s = read_torch_snapshot(f.input, stacks);
+    if (f.fidelity) {
+      print_fidelity(f.input, s, f.device);
+      return kExitOk;
+    }
+    const StackTableCopy table = stacks.copy();
+    const SiteText site = [&](std::int32_t id) {
+      std::vector<std::string> out;
+      if (id < 0 || static_cast<std::size_t>(id) >= table.stacks.size()) return out;
+      const InternedStack& st = table.stacks[static_cast<std::size_t>(id)];
+      std::vector<FrameText> frames;
+      for (std::uint32_t i = 0; i < st.frame_count; ++i) {
+        const InternedFrame& fr = table.frames.at(table.stack_frames.at(st.frame_offset + i));
+        frames.push_back(FrameText{table.strings.at(fr.function), table.strings.at(fr.file), fr.line});
+      }
+      for (std::size_t i : frames_to_show(frames, 3)) {
+        out.push_back(frame_text(frames[i].function, frames[i].file, frames[i].line));
+      }
+      return out;
+    };
+    (void)print_what_ifs(f.input, s, f, memory, site);
     return kExitOk;
   }
   const Archive archive = read_archive(f.input);
+  const SiteText site = [&](std::int32_t id) {
+    std::vector<std::string> out;
+    for (const FrameRow* fr : frames_to_show(archive, id, 3)) {
+      out.push_back(frame_text(archive.string(fr->function), archive.string(fr->file), fr->line));
+    }
+    return out;
+  };
   bool any = false;
+  std::optional<std::pair<double, int>> least;  // headroom, rank
   for (const RankRow& row : archive.ranks) {
     if (!f.ranks.empty() && std::find(f.ranks.begin(), f.ranks.end(), row.rank) == f.ranks.end()) continue;
     any = true;
     MemoryVizNotes notes;
     const TorchSnapshot s = memory_viz_snapshot(archive, row, &notes);
-    print_fidelity(fmt::format("rank {}", row.rank), s, f.device, &notes);
+    const std::string what = fmt::format("rank {}", row.rank);
+    if (f.fidelity) {
+      print_fidelity(what, s, f.device, &notes);
+      continue;
+    }
+    // A rank's own limit where the archive knows it (its cap, else its device's capacity) unless one is given.
+    std::optional<Capacity> rank_memory = memory;
+    if (!rank_memory) {
+      const bool cap = row.memory_cap_bytes != 0 &&
+                       (row.device_capacity_bytes == 0 || row.memory_cap_bytes < row.device_capacity_bytes);
+      const std::uint64_t limit = cap ? row.memory_cap_bytes : row.device_capacity_bytes;
+      if (limit != 0) {
+        rank_memory = Capacity{limit, cap ? "the rank's per-process cap" : "the rank's device capacity"};
+      }
+    }
+    const auto h = print_what_ifs(what, s, f, rank_memory, site);
+    if (h && (!least || *h < least->first)) least = std::pair{*h, row.rank};
   }
   if (!any) {
     print_error(fmt::format("{} holds none of the ranks asked for", f.input));
     return kExitFailure;
+  }
+  if (least) {
+    fmt::print("least headroom as configured: rank {}, {}{}\n", least->second,
+               least->first < 0 ? "short by " : "", format_bytes(static_cast<std::uint64_t>(std::abs(least->first))));
   }
   return kExitOk;
 }
@@ -97,6 +251,12 @@ Command add_whatif(CLI::App& app) {
   sub->add_flag("--fidelity", f->fidelity,
                 "With the settings the snapshot records, count the allocations the model places at the recorded "
                 "address and the segment events it makes as recorded, and show the first entry where they part");
+  sub->add_option("--alloc-conf", f->alloc_conf,
+                  "Replay also with these PYTORCH_CUDA_ALLOC_CONF options (max_split_size_mb:N, "
+                  "roundup_power2_divisions:N) and print both, side by side");
+  sub->add_option("--device-memory", f->device_memory,
+                  "The capacity to fit (e.g. 80GiB); default: the rank's cap or device capacity in an archive, or "
+                  "what the allocator could have had at a recorded OOM");
   sub->add_option("--rank", f->ranks, "Only these ranks of an archive")->delimiter(',')->check(CLI::NonNegativeNumber);
   sub->add_option("--device", f->device, "Only this device's trace")->check(CLI::NonNegativeNumber);
   return {sub, [f] {

@@ -192,6 +192,39 @@ bool AllocatorModel::holds(std::uint64_t address) const {
   return address < it->first + it->second;
 }
 
+std::uint64_t AllocatorModel::release_free_segments() {
+  std::uint64_t released = 0;
+  for (auto seg = segments_.begin(); seg != segments_.end();) {
+    const auto b = blocks_.find(seg->first);
+    if (b == blocks_.end() || b->second.allocated || b->second.size != seg->second) {
+      ++seg;
+      continue;
+    }
+    erase_free(seg->first);
+    blocks_.erase(b);
+    reserved_ -= seg->second;
+    released += seg->second;
+    seg = segments_.erase(seg);
+  }
+  return released;
+}
+
+PoolFigures AllocatorModel::pool_figures(bool small) const {
+  PoolFigures p;
+  for (const auto& [address, b] : blocks_) {
+    if (b.small != small) continue;
+    if (address == b.segment) {
+      const auto seg = segments_.find(address);
+      if (seg != segments_.end()) p.reserved += seg->second;
+    }
+    if (b.allocated) continue;
+    p.free += b.size;
+    ++p.free_blocks;
+    p.largest_free = std::max(p.largest_free, b.size);
+  }
+  return p;
+}
+
 bool AllocatorModel::restore_allocated(std::uint64_t address, std::uint64_t block_size) {
   // The free block that holds it is cut in up to three: before, the block, after (each rest stays free).
   auto it = blocks_.upper_bound(address);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "oomflight/analysis/cache_figures.hpp"
 #include "oomflight/api.h"
 #include "oomflight/format/torch_snapshot.hpp"
 
@@ -83,6 +84,13 @@ class OOMFLIGHT_API AllocatorModel {
 
   /// Whether a segment holds `address`.
   bool holds(std::uint64_t address) const;
+
+  /// release_cached_blocks(): every segment that is one free block goes back to the driver (the retry path of a
+  /// failed cudaMalloc, and empty_cache()). Returns the bytes released. O(segments).
+  std::uint64_t release_free_segments();
+
+  /// One pool's figures now (cache_figures.hpp's PoolFigures: reserved, free, free blocks, the largest). O(blocks).
+  PoolFigures pool_figures(bool small) const;
 
   /// Bytes in segments (reserved) and in allocated blocks.
   std::uint64_t reserved_bytes() const { return reserved_; }

@@ -1,0 +1,113 @@
+// parse_alloc_conf and replay_what_if (what_if.hpp): a trace replayed under other allocator settings and another
+// capacity (issue 41, item 3). The replay of this project's H200 snapshot is in Whatif.* (the CLI, as a user runs it).
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "oomflight/analysis/what_if.hpp"
+
+namespace oomflight {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+TEST(WhatIf, AllocConfReadsWhatTheModelUsesAndNamesWhatItCannot) {
+  const AllocatorSettings s = parse_alloc_conf("max_split_size_mb:512, roundup_power2_divisions:4,backend:native");
+  EXPECT_EQ(s.max_split_size, 512 * MiB);
+  for (const auto d : s.roundup_power2_divisions) EXPECT_EQ(d, 4u);
+  EXPECT_EQ(parse_alloc_conf("").max_split_size, UINT64_MAX);
+  const auto refused = [](const char* text) {
+    try {
+      (void)parse_alloc_conf(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refused("max_split_size_mb:20"), "max_split_size_mb: 20 is too small: torch needs > 20");
+  EXPECT_EQ(refused("max_split_size_mb:lots"), "max_split_size_mb: 'lots' is not a whole number");
+  EXPECT_EQ(refused("roundup_power2_divisions:3"), "roundup_power2_divisions: 3 is not a power of two");
+  EXPECT_NE(refused("roundup_power2_divisions:[256:1,>:4]").find("the per-interval form [..] is not read yet"),
+            std::string::npos);
+  EXPECT_NE(refused("expandable_segments:True").find("not modelled yet"), std::string::npos);
+  EXPECT_EQ(refused("expandable_segments:False"), "accepted");
+  EXPECT_NE(refused("garbage_collection_threshold:0.6").find("not modelled yet"), std::string::npos);
+  EXPECT_NE(refused("max_split_size_mb").find("'max_split_size_mb' is not key:value"), std::string::npos);
+  EXPECT_NE(refused("max_splt_size_mb:512").find("'max_splt_size_mb' is not an option the model reads"),
+            std::string::npos);
+}
+
+TraceEntry entry(Action action, std::uint64_t addr, std::uint64_t size) {
+  TraceEntry e;
+  e.action = action;
+  e.addr = addr;
+  e.size = size;
+  return e;
+}
+
+// 8 MiB in a new 20 MiB segment (below 10 MiB: kLargeBuffer), 4 MiB in its rest, the 8 MiB freed, then 30 MiB: a
+// new 30 MiB segment.
+TorchSnapshot trace() {
+  TorchSnapshot s;
+  s.device_traces = {{
+      entry(Action::segment_alloc, 0x10000000, 20 * MiB),
+      entry(Action::alloc, 0x10000000, 8 * MiB),
+      entry(Action::alloc, 0x10800000, 4 * MiB),
+      entry(Action::free_completed, 0x10000000, 8 * MiB),
+      entry(Action::segment_alloc, 0x20000000, 30 * MiB),
+      entry(Action::alloc, 0x20000000, 30 * MiB),
+  }};
+  return s;
+}
+
+TEST(WhatIf, WithoutALimitThePeaksAreTheTracesAndEveryAllocationFits) {
+  const WhatIfOutcome o = replay_what_if(trace(), 0, {}, 0);
+  EXPECT_TRUE(o.fits);
+  EXPECT_EQ(o.allocations, 3u);
+  EXPECT_EQ(o.peak_reserved, 50 * MiB);
+  EXPECT_EQ(o.peak_allocated, 34 * MiB);  // 4 + 30: the 8 MiB block was freed before
+  EXPECT_EQ(o.unallocated_at_peak, 16 * MiB);
+  EXPECT_EQ(o.large.free, 16 * MiB);
+  EXPECT_EQ(o.large.free_blocks, 2u);  // the 8 MiB freed and the 8 MiB past the 4 MiB block: apart
+  EXPECT_EQ(o.large.largest_free, 8 * MiB);
+}
+
+TEST(WhatIf, ASegmentBeyondTheCapacityFailsWhenTheRetryPathCannotReleaseEnough) {
+  const WhatIfOutcome o = replay_what_if(trace(), 0, {}, 40 * MiB);
+  EXPECT_FALSE(o.fits);
+  EXPECT_EQ(o.failing_entry, 5u);
+  EXPECT_EQ(o.failing_size, 30 * MiB);
+  EXPECT_EQ(o.failing_segment, 30 * MiB);
+  EXPECT_EQ(o.reserved_at_failure, 20 * MiB);  // the first segment holds the live 4 MiB block: not released
+  EXPECT_EQ(o.released_by_retries, 0u);
+}
+
+TEST(WhatIf, TheRetryPathReleasesWhollyFreeSegmentsToFit) {
+  TorchSnapshot s = trace();
+  // The 4 MiB block freed too: the first segment is wholly free when the 30 MiB request needs room.
+  s.device_traces[0].insert(s.device_traces[0].begin() + 4, entry(Action::free_completed, 0x10800000, 4 * MiB));
+  const WhatIfOutcome o = replay_what_if(s, 0, {}, 40 * MiB);
+  EXPECT_TRUE(o.fits);
+  EXPECT_EQ(o.released_by_retries, 20 * MiB);
+  EXPECT_EQ(o.peak_reserved, 30 * MiB);
+}
+
+TEST(WhatIf, AnOomEntryIsTheFailedRequestAskedAgain) {
+  TorchSnapshot s = trace();
+  s.device_traces[0].resize(4);  // up to the free: 20 MiB reserved, 4 MiB allocated
+  s.device_traces[0].push_back(entry(Action::oom, 6 * MiB /* device free */, 30 * MiB));
+  EXPECT_EQ(capacity_at_oom(s, 0), 26 * MiB);  // 20 MiB of segments and 6 MiB free
+  const WhatIfOutcome recorded = replay_what_if(s, 0, {}, 26 * MiB);
+  EXPECT_FALSE(recorded.fits);
+  EXPECT_EQ(recorded.failing_entry, 4u);
+  // With 64 MiB it fits, in a segment of its own.
+  const WhatIfOutcome larger = replay_what_if(s, 0, {}, 64 * MiB);
+  EXPECT_TRUE(larger.fits);
+  EXPECT_EQ(larger.peak_reserved, 50 * MiB);
+  EXPECT_FALSE(capacity_at_oom(trace(), 0).has_value());
+}
+
+}  // namespace
+}  // namespace oomflight
