@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "oomflight/analysis/allocator_model.hpp"
+#include "oomflight/analysis/what_if.hpp"
 #include "oomflight/format/pickle.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
 #include "oomflight/format/torch_snapshot_writer.hpp"
@@ -80,6 +81,19 @@ void BM_Replay(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * s.device_traces[0].size()));
 }
 
+// The what-if replay (what_if.hpp) of the same trace with another max_split_size_mb: the model decides every segment.
+void BM_WhatIf(benchmark::State& state) {
+  const TorchSnapshot s = make_trace(static_cast<std::size_t>(state.range(0)));
+  const AllocatorSettings settings = parse_alloc_conf("max_split_size_mb:32");
+  for (auto _ : state) {
+    const WhatIfOutcome o = replay_what_if(s, 0, settings, 0);
+    benchmark::DoNotOptimize(o.peak_reserved);
+    if (!o.fits) state.SkipWithError("a replay without a capacity cannot fail");
+  }
+  state.counters["events"] = static_cast<double>(s.device_traces[0].size());
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * s.device_traces[0].size()));
+}
+
 void BM_ParseAndDecode(benchmark::State& state) {
   const TorchSnapshot s = make_trace(static_cast<std::size_t>(state.range(0)));
   const std::string bytes = write_torch_snapshot(s, NoFrames());
@@ -92,6 +106,7 @@ void BM_ParseAndDecode(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Replay)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WhatIf)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParseAndDecode)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
 
 }  // namespace

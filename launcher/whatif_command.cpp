@@ -1,12 +1,15 @@
 // `oomflight whatif INPUT [--fidelity | --alloc-conf CONF] [--device-memory SIZE] [--rank R] [--device D]`:
 // PyTorch's caching allocator, modelled (oomflight/analysis/allocator_model.hpp, what_if.hpp), replayed over a
 // recorded trace. Flags and printing only.
+#include <atomic>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -36,7 +39,7 @@ struct WhatifFlags {
 
 // One line per device with a trace: "<what> device D: fidelity: A of B allocations at the recorded address, C of D
 // segment events as recorded", then the first difference, if any.
-void print_fidelity(const std::string& what, const TorchSnapshot& s, int only_device,
+void print_fidelity(std::string& out, const std::string& what, const TorchSnapshot& s, int only_device,
                     const MemoryVizNotes* notes = nullptr) {
   const AllocatorSettings settings = allocator_settings_of(s);
   bool any = false;
@@ -50,18 +53,18 @@ void print_fidelity(const std::string& what, const TorchSnapshot& s, int only_de
       }
     }
     const AllocatorFidelity f = replay_fidelity(s, static_cast<int>(d), settings, made_up);
-    fmt::print("{} device {}: fidelity: {} of {} allocations at the recorded address, {} of {} segment events as "
+    fmt::format_to(std::back_inserter(out), "{} device {}: fidelity: {} of {} allocations at the recorded address, {} of {} segment events as "
                "recorded\n",
                what, d, f.allocations_matched, f.allocations, f.segment_events_matched, f.segment_events);
     if (f.allocations_outside_segments > 0) {
-      fmt::print("  {} allocations in no segment the trace or its end state holds: not judged\n",
+      fmt::format_to(std::back_inserter(out), "  {} allocations in no segment the trace or its end state holds: not judged\n",
                  f.allocations_outside_segments);
     }
-    if (f.expandable) fmt::print("  its segments are expandable (expandable_segments:True): not modelled yet\n");
-    if (!f.first_difference.empty()) fmt::print("  first difference: {}\n", f.first_difference);
+    if (f.expandable) fmt::format_to(std::back_inserter(out), "  its segments are expandable (expandable_segments:True): not modelled yet\n");
+    if (!f.first_difference.empty()) fmt::format_to(std::back_inserter(out), "  first difference: {}\n", f.first_difference);
   }
   if (!any) {
-    fmt::print("{}: no trace{} to replay\n", what,
+    fmt::format_to(std::back_inserter(out), "{}: no trace{} to replay\n", what,
                only_device >= 0 ? fmt::format(" of device {}", only_device) : std::string());
   }
 }
@@ -94,7 +97,7 @@ struct Capacity {
   std::string source;
 };
 
-std::optional<double> print_what_if(const std::string& what, const TorchSnapshot& s, int d,
+std::optional<double> print_what_if(std::string& out, const std::string& what, const TorchSnapshot& s, int d,
                                     const std::optional<std::string>& conf, const std::optional<Capacity>& memory,
                                     const SiteText& site) {
   const AllocatorSettings recorded = allocator_settings_of(s);
@@ -103,14 +106,14 @@ std::optional<double> print_what_if(const std::string& what, const TorchSnapshot
   const std::uint64_t capacity = memory ? memory->bytes : at_oom.value_or(0);
   const WhatIfOutcome a = replay_what_if(s, d, recorded, capacity);
   const WhatIfOutcome b = replay_what_if(s, d, configured, capacity);
-  fmt::print("{} device {}: {} against {}, within {}\n", what, d, "the recorded settings",
+  fmt::format_to(std::back_inserter(out), "{} device {}: {} against {}, within {}\n", what, d, "the recorded settings",
              conf ? fmt::format("'{}'", *conf) : std::string("the same (no --alloc-conf)"),
              memory ? fmt::format("{} ({})", format_bytes(memory->bytes), memory->source)
              : at_oom ? format_bytes(*at_oom) + " (what the allocator could have had at the recorded OOM: its "
                                                 "segments and the device's free bytes)"
                       : std::string("no capacity (no OOM recorded, no --device-memory)"));
-  const auto row = [](const char* name, const std::string& x, const std::string& y) {
-    fmt::print("  {:<52} {:>14} {:>14}\n", name, x, y);
+  const auto row = [&out](const char* name, const std::string& x, const std::string& y) {
+    fmt::format_to(std::back_inserter(out), "  {:<52} {:>14} {:>14}\n", name, x, y);
   };
   row("", "as recorded", "as configured");
   row("allocations replayed", std::to_string(a.allocations), std::to_string(b.allocations));
@@ -124,11 +127,11 @@ std::optional<double> print_what_if(const std::string& what, const TorchSnapshot
       format_bytes(a.large.largest_free), format_bytes(b.large.largest_free));
   row(fmt::format("largest free block, small pool (at {} / {})", when_a, when_b).c_str(),
       format_bytes(a.small.largest_free), format_bytes(b.small.largest_free));
-  fmt::print("  as recorded: {}\n", verdict(a, capacity));
-  fmt::print("  as configured: {}\n", verdict(b, capacity));
+  fmt::format_to(std::back_inserter(out), "  as recorded: {}\n", verdict(a, capacity));
+  fmt::format_to(std::back_inserter(out), "  as configured: {}\n", verdict(b, capacity));
   if (!b.fits) {
     const auto& trace = s.device_traces[static_cast<std::size_t>(d)];
-    for (const std::string& frame : site(trace[b.failing_entry].stack_id)) fmt::print("    {}\n", frame);
+    for (const std::string& frame : site(trace[b.failing_entry].stack_id)) fmt::format_to(std::back_inserter(out), "    {}\n", frame);
   }
   if (capacity == 0) return std::nullopt;
   return static_cast<double>(capacity) - static_cast<double>(b.fits ? b.peak_reserved : b.reserved_at_failure +
@@ -136,17 +139,17 @@ std::optional<double> print_what_if(const std::string& what, const TorchSnapshot
 }
 
 // Every device with a trace, or `only_device`; the least headroom among them.
-std::optional<double> print_what_ifs(const std::string& what, const TorchSnapshot& s, const WhatifFlags& f,
+std::optional<double> print_what_ifs(std::string& out, const std::string& what, const TorchSnapshot& s, const WhatifFlags& f,
                                      const std::optional<Capacity>& memory, const SiteText& site) {
   std::optional<double> least;
   bool any = false;
   for (std::size_t d = 0; d < s.device_traces.size(); ++d) {
     if (s.device_traces[d].empty() || (f.device >= 0 && static_cast<int>(d) != f.device)) continue;
     any = true;
-    const auto h = print_what_if(what, s, static_cast<int>(d), f.alloc_conf, memory, site);
+    const auto h = print_what_if(out, what, s, static_cast<int>(d), f.alloc_conf, memory, site);
     if (h && (!least || *h < *least)) least = h;
   }
-  if (!any) fmt::print("{}: no trace{} to replay\n", what, f.device >= 0 ? fmt::format(" of device {}", f.device) : "");
+  if (!any) fmt::format_to(std::back_inserter(out), "{}: no trace{} to replay\n", what, f.device >= 0 ? fmt::format(" of device {}", f.device) : "");
   return least;
 }
 
@@ -176,8 +179,10 @@ int run(const WhatifFlags& f) {
     }
     StackTable stacks;
     const TorchSnapshot s = read_torch_snapshot(f.input, stacks);
+    std::string out;
     if (f.fidelity) {
-      print_fidelity(f.input, s, f.device);
+      print_fidelity(out, f.input, s, f.device);
+      fmt::print("{}", out);
       return kExitOk;
     }
     const StackTableCopy table = stacks.copy();
@@ -195,7 +200,8 @@ int run(const WhatifFlags& f) {
       }
       return out;
     };
-    (void)print_what_ifs(f.input, s, f, memory, site);
+    (void)print_what_ifs(out, f.input, s, f, memory, site);
+    fmt::print("{}", out);
     return kExitOk;
   }
   const Archive archive = read_archive(f.input);
@@ -206,30 +212,64 @@ int run(const WhatifFlags& f) {
     }
     return out;
   };
-  bool any = false;
-  std::optional<std::pair<double, int>> least;  // headroom, rank
+  std::vector<const RankRow*> rows;
   for (const RankRow& row : archive.ranks) {
-    if (!f.ranks.empty() && std::find(f.ranks.begin(), f.ranks.end(), row.rank) == f.ranks.end()) continue;
-    any = true;
-    MemoryVizNotes notes;
-    const TorchSnapshot s = memory_viz_snapshot(archive, row, &notes);
-    const std::string what = fmt::format("rank {}", row.rank);
-    if (f.fidelity) {
-      print_fidelity(what, s, f.device, &notes);
-      continue;
-    }
-    // A rank's own limit where the archive knows it (its cap, else its device's capacity) unless one is given.
-    std::optional<Capacity> rank_memory = memory;
-    if (!rank_memory) {
-      const bool cap = row.memory_cap_bytes != 0 &&
-                       (row.device_capacity_bytes == 0 || row.memory_cap_bytes < row.device_capacity_bytes);
-      const std::uint64_t limit = cap ? row.memory_cap_bytes : row.device_capacity_bytes;
-      if (limit != 0) {
-        rank_memory = Capacity{limit, cap ? "the rank's per-process cap" : "the rank's device capacity"};
+    if (f.ranks.empty() || std::find(f.ranks.begin(), f.ranks.end(), row.rank) != f.ranks.end()) rows.push_back(&row);
+  }
+  const bool any = !rows.empty();
+  // Each rank's replay is its own (the archive is only read): as many at once as the machine has cores, each into
+  // its own text, printed in rank order.
+  struct RankOutcome {
+    std::string text;
+    std::optional<double> headroom;
+    std::string error;
+  };
+  std::vector<RankOutcome> outcomes(rows.size());
+  const auto replay_rank = [&](std::size_t i) {
+    const RankRow& row = *rows[i];
+    RankOutcome& o = outcomes[i];
+    try {
+      MemoryVizNotes notes;
+      const TorchSnapshot s = memory_viz_snapshot(archive, row, &notes);
+      const std::string what = fmt::format("rank {}", row.rank);
+      if (f.fidelity) {
+        print_fidelity(o.text, what, s, f.device, &notes);
+        return;
       }
+      // A rank's own limit where the archive knows it (its cap, else its device's capacity) unless one is given.
+      std::optional<Capacity> rank_memory = memory;
+      if (!rank_memory) {
+        const bool cap = row.memory_cap_bytes != 0 &&
+                         (row.device_capacity_bytes == 0 || row.memory_cap_bytes < row.device_capacity_bytes);
+        const std::uint64_t limit = cap ? row.memory_cap_bytes : row.device_capacity_bytes;
+        if (limit != 0) {
+          rank_memory = Capacity{limit, cap ? "the rank's per-process cap" : "the rank's device capacity"};
+        }
+      }
+      o.headroom = print_what_ifs(o.text, what, s, f, rank_memory, site);
+    } catch (const std::exception& e) {
+      o.error = fmt::format("rank {}: {}", row.rank, e.what());
     }
-    const auto h = print_what_ifs(what, s, f, rank_memory, site);
-    if (h && (!least || *h < least->first)) least = std::pair{*h, row.rank};
+  };
+  std::atomic<std::size_t> next{0};
+  const auto worker = [&] {
+    for (std::size_t i = next++; i < rows.size(); i = next++) replay_rank(i);
+  };
+  const std::size_t workers = std::min<std::size_t>(rows.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < workers; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  std::optional<std::pair<double, int>> least;  // headroom, rank
+  bool failed = false;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    fmt::print("{}", outcomes[i].text);
+    if (!outcomes[i].error.empty()) {
+      print_error(outcomes[i].error);
+      failed = true;
+    }
+    const auto& h = outcomes[i].headroom;
+    if (h && (!least || *h < least->first)) least = std::pair{*h, rows[i]->rank};
   }
   if (!any) {
     print_error(fmt::format("{} holds none of the ranks asked for", f.input));
@@ -239,7 +279,7 @@ int run(const WhatifFlags& f) {
     fmt::print("least headroom as configured: rank {}, {}{}\n", least->second,
                least->first < 0 ? "short by " : "", format_bytes(static_cast<std::uint64_t>(std::abs(least->first))));
   }
-  return kExitOk;
+  return failed ? kExitFailure : kExitOk;
 }
 
 }  // namespace

@@ -123,6 +123,25 @@ TEST(Whatif, AnotherMaxSplitSizeIsReplayedBesideTheRecordedSettings) {
       << r.output;
 }
 
+TEST(Whatif, EveryRankOfAnArchiveIsReplayedAndTheLeastHeadroomNamed) {
+  // Two ranks of the same step, replayed at once (one thread per core), printed in rank order; a tie is the lower
+  // rank's.
+  TempDir dir;
+  ASSERT_EQ(run_command(cli(fmt::format("import {} {} -o two.h5", kH200, kH200)), dir.path()).exit_code, 0);
+  const auto r = run_command(cli("whatif two.h5 --device-memory 6GiB"), dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t rank0 = r.output.find("rank 0 device 0: the recorded settings against the same (no "
+                                          "--alloc-conf), within 6.00 GiB (--device-memory)");
+  const std::size_t rank1 = r.output.find("rank 1 device 0:");
+  ASSERT_NE(rank0, std::string::npos) << r.output;
+  ASSERT_NE(rank1, std::string::npos) << r.output;
+  EXPECT_LT(rank0, rank1);
+  EXPECT_NE(r.output.find("as recorded: does not fit: entry 2193, a request of 998.05 MiB", rank1), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("least headroom as configured: rank 0, short by 944.00 MiB\n"), std::string::npos)
+      << r.output;
+}
+
 TEST(Whatif, WhatIsNotBuiltOrDoesNotApplyIsAUsageError) {
   TempDir dir;
   const auto expandable = run_command(cli("whatif " + kH200 + " --alloc-conf expandable_segments:True"), dir.path());
