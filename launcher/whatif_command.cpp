@@ -127,6 +127,10 @@ std::optional<double> print_what_if(std::string& out, const std::string& what, c
       format_bytes(a.large.largest_free), format_bytes(b.large.largest_free));
   row(fmt::format("largest free block, small pool (at {} / {})", when_a, when_b).c_str(),
       format_bytes(a.small.largest_free), format_bytes(b.small.largest_free));
+  if (b.skipped_requests > 0) {
+    fmt::format_to(std::back_inserter(out), "  {} entries asking for more than 16 TiB (a damaged file): not replayed\n",
+                   b.skipped_requests);
+  }
   fmt::format_to(std::back_inserter(out), "  as recorded: {}\n", verdict(a, capacity));
   fmt::format_to(std::back_inserter(out), "  as configured: {}\n", verdict(b, capacity));
   if (!b.fits) {

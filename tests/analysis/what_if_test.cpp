@@ -109,5 +109,16 @@ TEST(WhatIf, AnOomEntryIsTheFailedRequestAskedAgain) {
   EXPECT_FALSE(capacity_at_oom(trace(), 0).has_value());
 }
 
+TEST(WhatIf, ADamagedEntryIsSkippedAndCountedAndAddressesNeverWrap) {
+  TorchSnapshot s = trace();
+  s.device_traces[0].insert(s.device_traces[0].begin() + 1, entry(Action::alloc, UINT64_MAX - 10, UINT64_MAX / 2));
+  s.device_traces[0].push_back(entry(Action::alloc, UINT64_MAX, 64 * MiB));  // its address is the recorded one's
+  const WhatIfOutcome o = replay_what_if(s, 0, {}, 0);
+  EXPECT_TRUE(o.fits);
+  EXPECT_EQ(o.skipped_requests, 1u);
+  EXPECT_EQ(o.allocations, 4u);
+  EXPECT_EQ(o.peak_reserved, 114 * MiB);  // 20 + 30 + 64: the model's own segments, wherever the trace put them
+}
+
 }  // namespace
 }  // namespace oomflight

@@ -13,6 +13,10 @@ namespace oomflight {
 namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
+// No device holds 16 TiB: a larger request is a damaged entry, skipped (counted). Addresses the model gives its own
+// segments start above every recorded one below 2^60, so that neither can wrap whatever a file holds.
+constexpr std::uint64_t kLargestRequest = 1ull << 44;
+constexpr std::uint64_t kHighestAddress = 1ull << 60;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -99,8 +103,11 @@ WhatIfOutcome replay_what_if(const TorchSnapshot& snapshot, int device, const Al
     }
   }
   for (const TraceEntry& e : trace) {
-    if (e.action != Action::oom && e.addr + e.size >= e.addr) next_address = std::max(next_address, e.addr + e.size);
+    if (e.action != Action::oom && e.addr < kHighestAddress && e.size < kLargestRequest) {
+      next_address = std::max(next_address, e.addr + e.size);
+    }
   }
+  next_address = std::min(next_address, kHighestAddress);
   next_address = (next_address + (1ull << 30)) & ~((1ull << 21) - 1);
   const auto note_peaks = [&] {
     out.peak_reserved = std::max(out.peak_reserved, model.reserved_bytes());
@@ -115,6 +122,10 @@ WhatIfOutcome replay_what_if(const TorchSnapshot& snapshot, int device, const Al
     switch (e.action) {
       case Action::alloc:
       case Action::oom: {  // an oom entry is the request that failed: asked again here
+        if (e.size > kLargestRequest) {
+          ++out.skipped_requests;
+          break;
+        }
         ++out.allocations;
         std::optional<std::uint64_t> at = model.place(e.size, e.stream);
         if (!at) {

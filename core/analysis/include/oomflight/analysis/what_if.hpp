@@ -30,6 +30,7 @@ OOMFLIGHT_API AllocatorSettings parse_alloc_conf(std::string_view text, Allocato
 /// A replay's outcome. Bytes; entries are indices into the device's trace.
 struct WhatIfOutcome {
   std::size_t allocations = 0;              ///< alloc entries replayed (to the failure, if one)
+  std::size_t skipped_requests = 0;         ///< alloc or oom entries over 16 TiB (a damaged file): not replayed
   std::uint64_t peak_allocated = 0;         ///< the most allocated at once (blocks at their rounded size)
   std::uint64_t peak_reserved = 0;          ///< the most in segments at once
   std::uint64_t unallocated_at_peak = 0;    ///< reserved but unallocated when allocated peaked (fragmentation)
