@@ -33,6 +33,20 @@ std::string site_key(const Archive& a, std::int32_t stack_id) {
   return key;
 }
 
+// The blocks of a rank's history still live at its freeze: allocated in it and not freed (free_completed), at their
+// recorded size. The one walk every live figure of the post-mortem comes from.
+std::unordered_map<std::uint64_t, LiveAllocation> live_allocations(const Archive& a, const RankRow& row) {
+  std::unordered_map<std::uint64_t, LiveAllocation> live;
+  for (const Event& e : a.events_of(row)) {
+    if (e.action == Action::alloc) {
+      live[e.addr] = LiveAllocation{e.addr, e.size, e.batch, e.t_ns, e.stack_id};
+    } else if (e.action == Action::free_completed) {
+      live.erase(e.addr);
+    }
+  }
+  return live;
+}
+
 // Live bytes by call site key, for one rank.
 std::unordered_map<std::string, std::uint64_t> live_by_site(const Archive& a, const RankRow& row) {
   std::unordered_map<std::string, std::uint64_t> out;
@@ -53,18 +67,12 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
                    (row.device_capacity_bytes == 0 || row.memory_cap_bytes < row.device_capacity_bytes);
   s.limit_bytes = s.limit_is_cap ? row.memory_cap_bytes : row.device_capacity_bytes;
   if (s.limit_bytes > row.reserved_bytes) s.headroom_bytes = s.limit_bytes - row.reserved_bytes;
-  std::unordered_map<std::uint64_t, LiveAllocation> live;
   for (const Event& e : a.events_of(row)) {
     const auto action = static_cast<std::size_t>(e.action);
     if (action < static_cast<std::size_t>(kActionCount)) ++s.action_counts[action];
-    if (e.action == Action::alloc) {
-      live[e.addr] = LiveAllocation{e.addr, e.size, e.batch, e.t_ns, e.stack_id};
-    } else if (e.action == Action::free_completed) {
-      live.erase(e.addr);
-    } else if (e.action == Action::oom) {
-      s.oom_utc_ns = to_utc(row, e.t_ns);
-    }
+    if (e.action == Action::oom) s.oom_utc_ns = to_utc(row, e.t_ns);
   }
+  const std::unordered_map<std::uint64_t, LiveAllocation> live = live_allocations(a, row);
   for (const auto& [addr, l] : live) s.live_bytes_in_history += l.size;
   s.live_count = live.size();
   if (origin && row.is_origin) s.cache = cache_figures(a.state_segments_of(row.rank), a.state_blocks_of(row.rank));
@@ -97,13 +105,8 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
 }  // namespace
 
 std::unordered_map<std::int32_t, std::uint64_t> live_bytes_by_stack(const Archive& a, const RankRow& row) {
-  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;
-  for (const Event& e : a.events_of(row)) {
-    if (e.action == Action::alloc) live[e.addr] = {e.size, e.stack_id};
-    if (e.action == Action::free_completed) live.erase(e.addr);
-  }
   std::unordered_map<std::int32_t, std::uint64_t> by_stack;
-  for (const auto& [addr, l] : live) by_stack[l.second] += l.first;
+  for (const auto& [addr, l] : live_allocations(a, row)) by_stack[l.stack_id] += l.size;
   return by_stack;
 }
 
@@ -145,15 +148,10 @@ PostMortem analyze(const Archive& archive, std::size_t top) {
     s.peers_median_live_bytes = median(peer_totals);
     // The origin's own sites, with a stack id to show frames by.
     std::unordered_map<std::string, CallSiteDiff> diffs;
-    std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;
-    for (const Event& e : archive.events_of(s.row)) {
-      if (e.action == Action::alloc) live[e.addr] = {e.size, e.stack_id};
-      if (e.action == Action::free_completed) live.erase(e.addr);
-    }
-    for (const auto& [addr, l] : live) {
-      CallSiteDiff& d = diffs[site_key(archive, l.second)];
-      d.stack_id = l.second;
-      d.origin_bytes += l.first;
+    for (const auto& [addr, l] : live_allocations(archive, s.row)) {
+      CallSiteDiff& d = diffs[site_key(archive, l.stack_id)];
+      d.stack_id = l.stack_id;
+      d.origin_bytes += l.size;
     }
     for (auto& [key, d] : diffs) {
       std::vector<std::uint64_t> on_peers;
