@@ -21,6 +21,8 @@ extension was built against the machine's torch. Each check prints one line and 
   torchrun_oom  the example, unchanged, under `oomflight run -- python -m torch.distributed.run` with 2 workers on
            the one GPU (gloo; issue 33: the ranks join through the job's c10d store), rank 1 capped: one archive of
            both ranks, origin 1, whose report names train.py's lines, and the job's own OutOfMemoryError
+  allocator_confs  the example's snapshot under expandable_segments:True, max_split_size_mb:64 and
+           roundup_power2_divisions:4 (issue 41), saved to OUT/allocator, and the allocator model's fidelity on each
 
 Usage: check_gpu.py OUT [CHECK...]   (all by default)"""
 import glob
@@ -390,8 +392,54 @@ def check_torchrun_oom(out: Path) -> dict:
             "report_names_train_py_lines": names_lines, "report_head": report[:3000]}
 
 
+ALLOC_CONFS = {"expandable": "expandable_segments:True", "max_split_64": "max_split_size_mb:64",
+               "roundup_4": "roundup_power2_divisions:4"}
+
+
+def check_allocator_confs(out: Path) -> dict:
+    """Issue 41 on a GPU: the example's snapshot (as examples/pytorch/snapshots' was made) under three
+    PYTORCH_CUDA_ALLOC_CONF settings, each in a process of its own (the allocator reads the setting at CUDA's first
+    use), saved to OUT/allocator/<name>.pickle (to commit into examples/pytorch/snapshots), and the model's fidelity
+    on each: `oomflight whatif --fidelity`. max_split_size_mb and roundup_power2_divisions are modelled: every
+    allocation and segment event as recorded is the target; expandable segments are not modelled yet, so that case
+    only records its snapshot and what --fidelity says of it (the counts are the next session's measure)."""
+    result = {}
+    ok = True
+    for name, conf in ALLOC_CONFS.items():
+        work = out / "allocator" / name
+        work.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+        r = subprocess.run([sys.executable, str(TRAIN), "--steps", "3", "--snapshot-dir", str(work)],
+                           capture_output=True, text=True, env=env, timeout=600)
+        pickles = sorted(work.glob("*.pickle"))
+        entry = {"conf": conf, "rc": r.returncode, "snapshots": [p.name for p in pickles],
+                 "log_tail": (r.stdout + r.stderr)[-1500:]}
+        if r.returncode != 0 or not pickles:
+            ok = False
+            result[name] = entry
+            continue
+        saved = out / "allocator" / f"{name}.pickle"
+        step1 = [p for p in pickles if p.name.endswith(".step1.pickle")]
+        saved.write_bytes((step1 or pickles)[-1].read_bytes())  # after the second step, as the committed one
+        f = subprocess.run(["oomflight", "whatif", str(saved), "--fidelity"], capture_output=True, text=True)
+        entry["fidelity"] = (f.stdout + f.stderr).strip()
+        m = re.search(r"fidelity: (\d+) of (\d+) allocations at the recorded address, (\d+) of (\d+) segment events",
+                      f.stdout)
+        if m is None:
+            ok = False
+        else:
+            a, b, c, d = map(int, m.groups())
+            entry["allocations"] = [a, b]
+            entry["segment_events"] = [c, d]
+            if name != "expandable":
+                ok = ok and b > 100 and a == b and c == d
+        result[name] = entry
+    return {"ok": ok, **result}
+
+
 CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps,
-          "stack_cost": check_stack_cost, "lightning_oom": check_lightning_oom, "torchrun_oom": check_torchrun_oom}
+          "stack_cost": check_stack_cost, "lightning_oom": check_lightning_oom, "torchrun_oom": check_torchrun_oom,
+          "allocator_confs": check_allocator_confs}
 
 
 def main() -> int:
