@@ -81,8 +81,9 @@ std::string verdict(const WhatIfOutcome& o, std::uint64_t capacity) {
   if (o.fits) {
     return fmt::format("fits, {} to spare at its peak", format_bytes(capacity - std::min(capacity, o.peak_reserved)));
   }
-  return fmt::format("does not fit: entry {}, a request of {} needs a new segment of {} with {} reserved{}",
-                     o.failing_entry, format_bytes(o.failing_size), format_bytes(o.failing_segment),
+  return fmt::format("does not fit: entry {}, a request of {} needs {} {} with {} reserved{}", o.failing_entry,
+                     format_bytes(o.failing_size), o.failing_pages ? "pages of" : "a new segment of",
+                     format_bytes(o.failing_segment),
                      format_bytes(o.reserved_at_failure),
                      o.released_by_retries > 0
                          ? fmt::format(" after the retry path released {}", format_bytes(o.released_by_retries))
@@ -112,6 +113,12 @@ std::optional<double> print_what_if(std::string& out, const std::string& what, c
              : at_oom ? format_bytes(*at_oom) + " (what the allocator could have had at the recorded OOM: its "
                                                 "segments and the device's free bytes)"
                       : std::string("no capacity (no OOM recorded, no --device-memory)"));
+  if (configured.expandable_segments) {
+    fmt::format_to(std::back_inserter(out),
+                   "  expandable segments: modelled from torch 2.11's allocator (one segment of address space per "
+                   "stream and pool, mapped by pages of 2 MiB and 20 MiB, free pages unmapped on the retry path); "
+                   "not yet measured against a trace recorded with them (docs/allocator-model.md)\n");
+  }
   const auto row = [&out](const char* name, const std::string& x, const std::string& y) {
     fmt::format_to(std::back_inserter(out), "  {:<52} {:>14} {:>14}\n", name, x, y);
   };

@@ -31,7 +31,8 @@ TEST(WhatIf, AllocConfReadsWhatTheModelUsesAndNamesWhatItCannot) {
   EXPECT_EQ(refused("roundup_power2_divisions:3"), "roundup_power2_divisions: 3 is not a power of two");
   EXPECT_NE(refused("roundup_power2_divisions:[256:1,>:4]").find("the per-interval form [..] is not read yet"),
             std::string::npos);
-  EXPECT_NE(refused("expandable_segments:True").find("not modelled yet"), std::string::npos);
+  EXPECT_EQ(refused("expandable_segments:True"), "accepted");
+  EXPECT_NE(refused("expandable_segments:yes").find("neither True nor False"), std::string::npos);
   EXPECT_EQ(refused("expandable_segments:False"), "accepted");
   EXPECT_NE(refused("garbage_collection_threshold:0.6").find("not modelled yet"), std::string::npos);
   EXPECT_NE(refused("max_split_size_mb").find("'max_split_size_mb' is not key:value"), std::string::npos);
@@ -118,6 +119,66 @@ TEST(WhatIf, ADamagedEntryIsSkippedAndCountedAndAddressesNeverWrap) {
   EXPECT_EQ(o.skipped_requests, 1u);
   EXPECT_EQ(o.allocations, 4u);
   EXPECT_EQ(o.peak_reserved, 114 * MiB);  // 20 + 30 + 64: the model's own segments, wherever the trace put them
+}
+
+// expandable_segments: one segment of address space per (stream, pool), mapped by 20 MiB pages in the large pool
+// (torch 2.11's try_allocate_expandable_block, map_block, unmap_block).
+TEST(WhatIf, AnExpandableSegmentMapsPagesAtItsEndAndUnmapsWhollyFreeOnes) {
+  AllocatorSettings settings;
+  settings.expandable_segments = true;
+  AllocatorModel m(settings);
+  const auto take = [&](std::uint64_t size) {
+    std::optional<std::uint64_t> at = m.place(size, 0);
+    if (!at) at = m.expand(size, 0, 0).address;
+    EXPECT_TRUE(at.has_value());
+    EXPECT_TRUE(at && m.allocate(*at, size, 0));
+    return at.value_or(0);
+  };
+  const std::uint64_t a = take(8 * MiB);  // one 20 MiB page
+  EXPECT_EQ(m.reserved_bytes(), 20 * MiB);
+  const std::uint64_t b = take(4 * MiB);  // the page's free rest
+  EXPECT_EQ(b, a + 8 * MiB);
+  EXPECT_EQ(m.reserved_bytes(), 20 * MiB);
+  // 30 MiB: the 8 MiB free at the page's end and 22 MiB more, mapped as two pages (40 MiB).
+  const AllocatorModel::Expansion would = m.expand(30 * MiB, 0, 50 * MiB);
+  EXPECT_FALSE(would.address.has_value()) << "60 MiB would pass a 50 MiB capacity";
+  EXPECT_EQ(would.mapped, 40 * MiB);
+  EXPECT_EQ(m.reserved_bytes(), 20 * MiB) << "a refused expansion changes nothing";
+  const std::uint64_t c = take(30 * MiB);
+  EXPECT_EQ(c, a + 12 * MiB);  // contiguous with what was mapped: no fragmentation across segments
+  EXPECT_EQ(m.reserved_bytes(), 60 * MiB);
+  EXPECT_EQ(m.pool_figures(false).free, 18 * MiB);  // past the 30 MiB block, split at 512 B granularity
+  // Freed at the front, 12 MiB free in a page that also holds the 30 MiB block: nothing to unmap.
+  ASSERT_TRUE(m.free(a));
+  ASSERT_TRUE(m.free(b));
+  EXPECT_EQ(m.release_free_segments(), 0u);
+  // All free: every page goes back.
+  ASSERT_TRUE(m.free(c));
+  EXPECT_EQ(m.release_free_segments(), 60 * MiB);
+  EXPECT_EQ(m.reserved_bytes(), 0u);
+  EXPECT_EQ(m.pool_figures(false).free, 0u);
+  // And maps again from the segment's start.
+  EXPECT_EQ(take(8 * MiB), a);
+  EXPECT_EQ(m.reserved_bytes(), 20 * MiB);
+}
+
+TEST(WhatIf, ExpandableSegmentsMapWholePagesSoTheyCanNeedMoreThanSegmentsOfTheirOwn) {
+  // 8 MiB, 4 MiB, the 8 MiB freed, 30 MiB. With segments of their own: 20 + 30 MiB. With expandable segments the live
+  // 4 MiB keeps the first 20 MiB page mapped (the retry path unmaps only pages wholly free), and the 30 MiB block
+  // takes the 8 MiB free at that page's end and 22 MiB more, which is two pages: 60 MiB.
+  const AllocatorSettings expandable = parse_alloc_conf("expandable_segments:True");
+  EXPECT_TRUE(expandable.expandable_segments);
+  EXPECT_TRUE(replay_what_if(trace(), 0, {}, 50 * MiB).fits);
+  const WhatIfOutcome o = replay_what_if(trace(), 0, expandable, 50 * MiB);
+  EXPECT_FALSE(o.fits);
+  EXPECT_TRUE(o.failing_pages);
+  EXPECT_EQ(o.failing_entry, 5u);
+  EXPECT_EQ(o.failing_segment, 40 * MiB);
+  EXPECT_EQ(o.reserved_at_failure, 20 * MiB);
+  EXPECT_EQ(o.released_by_retries, 0u);
+  const WhatIfOutcome fits = replay_what_if(trace(), 0, expandable, 60 * MiB);
+  EXPECT_TRUE(fits.fits);
+  EXPECT_EQ(fits.peak_reserved, 60 * MiB);
 }
 
 }  // namespace

@@ -632,6 +632,25 @@ class DemoArchive(unittest.TestCase):
         cli("report", self.oom, "--html", html, cwd=self.work)
         self.assertIn(want, html.read_text())
 
+    def test_the_report_says_whether_expandable_segments_would_have_fit(self):
+        """Under the origin, the what-if line: the model's replay of rank 2's history with expandable_segments:True
+        within its 6 GiB. No allocator can do with less than what was allocated plus the request, so the line must
+        say it is still short, by at least that much over the device."""
+        import h5py
+        import re
+        with h5py.File(self.oom, "r") as f:
+            row = [r for r in f["ranks"][...] if r["rank"] == 2][0]
+        report = cli("report", self.oom, cwd=self.work).stdout
+        m = re.search(r"with expandable_segments:True \(the allocator model's replay of this history within the "
+                      r"device's capacity; not yet measured against a trace recorded with them\): still short by "
+                      r"([\d.]+) MiB when 998\.05 MiB is asked for \(entry (\d+) of the trace\)", report)
+        self.assertIsNotNone(m, report)
+        floor = int(row["allocated_bytes"]) + OOM_REQUEST_BYTES - int(row["device_capacity_bytes"])
+        self.assertGreaterEqual(float(m.group(1)) * 2**20, floor - 0.01 * 2**20, report)
+        html = self.work / "what-if.html"
+        cli("report", self.oom, "--html", html, cwd=self.work)
+        self.assertIn(f"still short by {m.group(1)} MiB", html.read_text())
+
     def test_the_origins_export_is_what_pytorch_would_have_shown(self):
         """The replayed origin's export is the source trace up to the allocation that failed, with the cached
         segments its allocator released before giving up (segment_free, as PyTorch's release_cached_blocks does),

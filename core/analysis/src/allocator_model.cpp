@@ -119,7 +119,7 @@ void AllocatorModel::erase_free(std::uint64_t address) {
 
 bool AllocatorModel::allocate(std::uint64_t address, std::uint64_t size, std::uint64_t stream) {
   const auto it = blocks_.find(address);
-  if (it == blocks_.end() || it->second.allocated || it->second.stream != stream) return false;
+  if (it == blocks_.end() || it->second.allocated || !it->second.mapped || it->second.stream != stream) return false;
   const std::uint64_t rounded = round_size(size);
   Block& b = it->second;
   if (b.size < rounded) return false;
@@ -127,7 +127,9 @@ bool AllocatorModel::allocate(std::uint64_t address, std::uint64_t size, std::ui
   // should_split(): the small pool splits off any rest of at least kMinBlockSize; the large pool a rest above
   // kSmallSize, and never a block for a request of max_split_size or more. The allocation takes the front.
   const std::uint64_t rest = b.size - rounded;
-  const bool split = b.small ? rest >= kMinBlockSize : (rounded < settings_.max_split_size && rest > kSmallSize);
+  // With expandable segments the 512 B rule holds in the large pool too.
+  const bool split = b.small || b.expandable ? rest >= kMinBlockSize
+                                             : (rounded < settings_.max_split_size && rest > kSmallSize);
   if (split) {
     Block remainder = b;
     remainder.size = rest;
@@ -155,14 +157,16 @@ bool AllocatorModel::free(std::uint64_t address) {
   it->second.allocated = false;
   allocated_ -= it->second.size;
   const auto next = std::next(it);
-  if (next != blocks_.end() && !next->second.allocated && next->second.segment == it->second.segment) {
+  // try_merge_blocks(): only with a neighbour in the same state (an unmapped range is not a free block).
+  if (next != blocks_.end() && !next->second.allocated && next->second.mapped &&
+      next->second.segment == it->second.segment) {
     erase_free(next->first);
     it->second.size += next->second.size;
     blocks_.erase(next);
   }
   if (it != blocks_.begin()) {
     const auto prev = std::prev(it);
-    if (!prev->second.allocated && prev->second.segment == it->second.segment) {
+    if (!prev->second.allocated && prev->second.mapped && prev->second.segment == it->second.segment) {
       erase_free(prev->first);
       prev->second.size += it->second.size;
       blocks_.erase(it);
@@ -187,9 +191,9 @@ bool AllocatorModel::release_segment(std::uint64_t address) {
 
 bool AllocatorModel::holds(std::uint64_t address) const {
   auto it = segments_.upper_bound(address);
-  if (it == segments_.begin()) return false;
-  --it;
-  return address < it->first + it->second;
+  if (it != segments_.begin() && address < std::prev(it)->first + std::prev(it)->second) return true;
+  auto e = expandable_.upper_bound(address);
+  return e != expandable_.begin() && address < std::prev(e)->first + std::prev(e)->second.size;
 }
 
 std::uint64_t AllocatorModel::release_free_segments() {
@@ -206,18 +210,158 @@ std::uint64_t AllocatorModel::release_free_segments() {
     released += seg->second;
     seg = segments_.erase(seg);
   }
+  return released + unmap_free_pages();
+}
+
+std::uint64_t AllocatorModel::unmap_free_pages() {
+  // release_blocks() of an expandable segment's free blocks (unmap_block): the pages wholly inside a free block are
+  // unmapped; the free bytes before and after them stay free, mapped.
+  std::uint64_t released = 0;
+  for (auto it = blocks_.begin(); it != blocks_.end();) {
+    if (!it->second.expandable || !it->second.mapped || it->second.allocated) {
+      ++it;
+      continue;
+    }
+    const std::uint64_t address = it->first;
+    const Block whole = it->second;
+    ExpandableSegment& seg = expandable_.at(whole.segment);
+    const std::uint64_t lo = whole.segment + (address - whole.segment + seg.page - 1) / seg.page * seg.page;
+    const std::uint64_t hi = whole.segment + (address + whole.size - whole.segment) / seg.page * seg.page;
+    if (hi <= lo) {
+      ++it;
+      continue;
+    }
+    Block hole = whole;
+    hole.mapped = false;
+    cut_free_block(address, lo, hi, hole);
+    unmapped_.insert(lo);
+    reserved_ -= hi - lo;
+    seg.mapped -= hi - lo;
+    released += hi - lo;
+    merge_unmapped(lo);
+    it = blocks_.lower_bound(hi);
+  }
   return released;
+}
+
+void AllocatorModel::merge_unmapped(std::uint64_t address) {
+  auto it = blocks_.find(address);
+  if (it == blocks_.end()) return;
+  const auto next = std::next(it);
+  if (next != blocks_.end() && !next->second.mapped && next->second.segment == it->second.segment) {
+    it->second.size += next->second.size;
+    unmapped_.erase(next->first);
+    blocks_.erase(next);
+  }
+  if (it != blocks_.begin()) {
+    const auto prev = std::prev(it);
+    if (!prev->second.mapped && prev->second.segment == it->second.segment) {
+      prev->second.size += it->second.size;
+      unmapped_.erase(it->first);
+      blocks_.erase(it);
+    }
+  }
+}
+
+AllocatorModel::Expansion AllocatorModel::expand(std::uint64_t size, std::uint64_t stream, std::uint64_t capacity) {
+  Expansion out;
+  const std::uint64_t rounded = round_size(size);
+  const bool small = small_pool(rounded);
+  const auto [key, made] = expandable_of_.try_emplace({stream, small}, next_expandable_base_);
+  const std::uint64_t base = key->second;
+  if (made) {
+    // Address space for more than any device holds (torch reserves 9/8 of the device's memory): 2 TiB of 2 MiB
+    // pages for the small pool, 20 TiB of 20 MiB pages for the large one, each segment 64 TiB from the last.
+    const std::uint64_t page = small ? kSmallBuffer : kLargeBuffer;
+    next_expandable_base_ += 1ull << 46;
+    expandable_[base] = ExpandableSegment{page << 20, page, 0, small};
+    blocks_[base] = Block{page << 20, stream, base, small, false, false, true};
+    unmapped_.insert(base);
+  }
+  ExpandableSegment& seg = expandable_.at(base);
+  const std::uint64_t end = base + seg.size;
+  const auto available = [&](std::map<std::uint64_t, Block>::iterator it) {
+    return it != blocks_.end() && it->first < end && !it->second.allocated;
+  };
+  // find_expandable_block(): the lowest unmapped range (with the free block before it, if any) from which free and
+  // unmapped blocks hold the request.
+  std::optional<std::uint64_t> candidate;
+  for (auto u = unmapped_.lower_bound(base); u != unmapped_.end() && *u < end && !candidate; ++u) {
+    auto c = blocks_.find(*u);
+    if (c != blocks_.begin()) {
+      const auto prev = std::prev(c);
+      if (prev->first >= base && !prev->second.allocated && prev->second.mapped) c = prev;
+    }
+    std::uint64_t bytes = 0;
+    for (auto it = c; bytes < rounded && available(it); ++it) bytes += it->second.size;
+    if (bytes >= rounded) candidate = c->first;
+  }
+  if (!candidate) return out;
+  // The pages it maps: from the candidate on, each unmapped range as far as the request still needs, in pages
+  // (ExpandableSegment::map rounds the range out to pages).
+  const auto pages_for = [&](std::uint64_t have, const Block& b) {
+    return std::min(b.size, (rounded - have + seg.page - 1) / seg.page * seg.page);
+  };
+  std::uint64_t have = 0;
+  for (auto it = blocks_.find(*candidate); have < rounded && available(it); ++it) {
+    const std::uint64_t more = it->second.mapped ? it->second.size : pages_for(have, it->second);
+    if (!it->second.mapped) out.mapped += more;
+    have += more;
+  }
+  if (capacity != 0 && reserved_ + out.mapped > capacity) return out;
+  // Map them, then merge everything from the candidate to the last block mapped (and a free block right after it)
+  // into one free block.
+  have = 0;
+  auto it = blocks_.find(*candidate);
+  while (have < rounded && available(it)) {
+    Block& b = it->second;
+    if (b.mapped) {
+      erase_free(it->first);
+      have += b.size;
+      ++it;
+      continue;
+    }
+    const std::uint64_t more = pages_for(have, b);
+    unmapped_.erase(it->first);
+    if (more < b.size) {
+      Block rest = b;
+      rest.size = b.size - more;
+      blocks_.emplace(it->first + more, rest);
+      unmapped_.insert(it->first + more);
+      b.size = more;
+    }
+    b.mapped = true;
+    reserved_ += more;
+    seg.mapped += more;
+    have += more;
+    ++it;
+  }
+  if (available(it) && it->second.mapped) {
+    erase_free(it->first);
+    ++it;
+  }
+  auto first = blocks_.find(*candidate);
+  for (auto m = std::next(first); m != it;) {
+    first->second.size += m->second.size;
+    m = blocks_.erase(m);
+  }
+  insert_free(first->first);
+  out.address = first->first;
+  return out;
 }
 
 PoolFigures AllocatorModel::pool_figures(bool small) const {
   PoolFigures p;
+  for (const auto& [base, seg] : expandable_) {
+    if (seg.small == small) p.reserved += seg.mapped;
+  }
   for (const auto& [address, b] : blocks_) {
     if (b.small != small) continue;
-    if (address == b.segment) {
+    if (address == b.segment && !b.expandable) {
       const auto seg = segments_.find(address);
       if (seg != segments_.end()) p.reserved += seg->second;
     }
-    if (b.allocated) continue;
+    if (b.allocated || !b.mapped) continue;
     p.free += b.size;
     ++p.free_blocks;
     p.largest_free = std::max(p.largest_free, b.size);
@@ -225,32 +369,35 @@ PoolFigures AllocatorModel::pool_figures(bool small) const {
   return p;
 }
 
+void AllocatorModel::cut_free_block(std::uint64_t start, std::uint64_t lo, std::uint64_t hi, Block middle) {
+  const Block whole = blocks_.at(start);
+  erase_free(start);
+  blocks_.erase(start);
+  if (lo > start) {
+    Block before = whole;
+    before.size = lo - start;
+    blocks_.emplace(start, before);
+    insert_free(start);
+  }
+  if (start + whole.size > hi) {
+    Block after = whole;
+    after.size = start + whole.size - hi;
+    blocks_.emplace(hi, after);
+    insert_free(hi);
+  }
+  middle.size = hi - lo;
+  blocks_.emplace(lo, middle);
+}
+
 bool AllocatorModel::restore_allocated(std::uint64_t address, std::uint64_t block_size) {
   // The free block that holds it is cut in up to three: before, the block, after (each rest stays free).
   auto it = blocks_.upper_bound(address);
   if (it == blocks_.begin()) return false;
   --it;
-  const std::uint64_t start = it->first;
-  Block b = it->second;
-  if (b.allocated || address + block_size > start + b.size) return false;
-  erase_free(start);
-  blocks_.erase(it);
-  if (address > start) {
-    Block before = b;
-    before.size = address - start;
-    blocks_.emplace(start, before);
-    insert_free(start);
-  }
-  if (address + block_size < start + b.size) {
-    Block after = b;
-    after.size = start + b.size - (address + block_size);
-    blocks_.emplace(address + block_size, after);
-    insert_free(address + block_size);
-  }
-  Block taken = b;
-  taken.size = block_size;
+  Block taken = it->second;
+  if (taken.allocated || !taken.mapped || address + block_size > it->first + taken.size) return false;
   taken.allocated = true;
-  blocks_.emplace(address, taken);
+  cut_free_block(it->first, address, address + block_size, taken);
   allocated_ += block_size;
   return true;
 }

@@ -63,13 +63,10 @@ AllocatorSettings parse_alloc_conf(std::string_view text, AllocatorSettings sett
       }
       std::fill(settings.roundup_power2_divisions.begin(), settings.roundup_power2_divisions.end(), d);
     } else if (key == "expandable_segments") {
-      if (value == "True") {
-        throw std::invalid_argument("expandable_segments:True is not modelled yet (docs/allocator-model.md)");
-      }
-      if (value != "False") {
+      if (value != "True" && value != "False") {
         throw std::invalid_argument(fmt::format("expandable_segments: '{}' is neither True nor False", value));
       }
-      settings.expandable_segments = false;
+      settings.expandable_segments = value == "True";
     } else if (key == "garbage_collection_threshold") {
       throw std::invalid_argument("garbage_collection_threshold is not modelled yet (docs/allocator-model.md)");
     } else if (key == "backend" || key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
@@ -128,7 +125,26 @@ WhatIfOutcome replay_what_if(const TorchSnapshot& snapshot, int device, const Al
         }
         ++out.allocations;
         std::optional<std::uint64_t> at = model.place(e.size, e.stream);
-        if (!at) {
+        if (!at && settings.expandable_segments) {
+          // Pages of the stream's expandable segment; at the capacity, the retry path unmaps every free page and
+          // the request looks again (a cached block first, then pages).
+          AllocatorModel::Expansion x = model.expand(e.size, e.stream, capacity);
+          if (!x.address) {
+            out.released_by_retries += model.release_free_segments();
+            at = model.place(e.size, e.stream);
+            if (!at) x = model.expand(e.size, e.stream, capacity);
+          }
+          if (!at && !x.address) {
+            out.fits = false;
+            out.failing_entry = i;
+            out.failing_size = e.size;
+            out.failing_segment = x.mapped;
+            out.failing_pages = true;
+            out.reserved_at_failure = model.reserved_bytes();
+            break;
+          }
+          if (!at) at = x.address;
+        } else if (!at) {
           const std::uint64_t rounded = model.round_size(e.size);
           const std::uint64_t need = AllocatorModel::segment_size(rounded);
           if (capacity != 0 && model.reserved_bytes() + need > capacity) {

@@ -21,6 +21,7 @@
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
+#include "oomflight/export/what_if_line.hpp"
 
 namespace oomflight {
 namespace {
@@ -542,6 +543,11 @@ std::string header_section(const Archive& a, const PostMortem& pm, const std::ve
     if (!reason.empty()) put(out, "<pre>{}</pre>\n", html(reason));
     if (h.kind == "oom" && s.cache) {
       put(out, "<p class=\"cache\">{}</p>\n", html(cache_at_failure_text(*s.cache, s.row.oom_requested_bytes)));
+    }
+    if (h.kind == "oom") {
+      if (const std::string what_if = expandable_what_if_text(a, s); !what_if.empty()) {
+        put(out, "<p class=\"what-if\">{}</p>\n", html(what_if));
+      }
     }
     out += context_html(a, s.row.rank);
     out += "</div>\n";

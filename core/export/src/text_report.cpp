@@ -11,6 +11,7 @@
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
+#include "oomflight/export/what_if_line.hpp"
 
 namespace oomflight {
 namespace {
@@ -213,6 +214,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     const std::string reason = printable(fixed_string(s.row.reason));
     if (!reason.empty()) line(fmt::format("    {}", reason));
     if (s.cache) line(fmt::format("    {}", cache_at_failure_text(*s.cache, s.row.oom_requested_bytes)));
+    if (const std::string what_if = expandable_what_if_text(a, s); !what_if.empty()) line("    " + what_if);
     out += context_lines(a, s.row.rank);
   }
   line("");

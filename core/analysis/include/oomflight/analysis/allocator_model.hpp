@@ -33,7 +33,9 @@ struct AllocatorSettings {
   /// roundup_power2_divisions per size interval: [0] for sizes below 2 MiB, [k] for [2^k MiB, 2^(k+1) MiB), the last
   /// for everything above. 0 or 1: no power-of-two rounding (round to 512 B).
   std::vector<std::uint64_t> roundup_power2_divisions = std::vector<std::uint64_t>(16, 0);
-  bool expandable_segments = false;  ///< not modelled yet: replay_fidelity says so
+  /// Segments that grow and shrink by pages (AllocatorModel::expand); replay_fidelity does not judge traces
+  /// recorded with them yet.
+  bool expandable_segments = false;
   double garbage_collection_threshold = 0.0;
 };
 
@@ -86,8 +88,24 @@ class OOMFLIGHT_API AllocatorModel {
   bool holds(std::uint64_t address) const;
 
   /// release_cached_blocks(): every segment that is one free block goes back to the driver (the retry path of a
-  /// failed cudaMalloc, and empty_cache()). Returns the bytes released. O(segments).
+  /// failed cudaMalloc, and empty_cache()), and every page of an expandable segment that lies wholly in a free
+  /// block is unmapped. Returns the bytes released. O(blocks).
   std::uint64_t release_free_segments();
+
+  /// What expand() maps, or would: the address of the free block it leaves for the request, and the bytes of pages
+  /// it maps for it.
+  struct Expansion {
+    std::optional<std::uint64_t> address;  ///< nullopt: the pages would take reserved past the capacity
+    std::uint64_t mapped = 0;              ///< bytes of pages mapped (or that would be)
+  };
+
+  /// expandable_segments (try_allocate_expandable_block): the request's (stream, pool) has one segment of address
+  /// space (made at its first use), mapped by pages of 2 MiB (small pool) or 20 MiB (large). The lowest unmapped
+  /// range that, with the free block before it and the free or unmapped ones after, holds round_size(size) is
+  /// mapped, page by page, as far as the request needs, and merges with its free neighbours into one free block.
+  /// Nothing changes when the pages would take reserved past `capacity` (0: no limit). Only with
+  /// settings.expandable_segments.
+  Expansion expand(std::uint64_t size, std::uint64_t stream, std::uint64_t capacity);
 
   /// One pool's figures now (cache_figures.hpp's PoolFigures: reserved, free, free blocks, the largest). O(blocks).
   PoolFigures pool_figures(bool small) const;
@@ -103,6 +121,14 @@ class OOMFLIGHT_API AllocatorModel {
     std::uint64_t segment = 0;  // the segment's address
     bool small = false;
     bool allocated = false;
+    bool mapped = true;       // false: address space of an expandable segment with no page behind it
+    bool expandable = false;  // in an expandable segment
+  };
+  struct ExpandableSegment {
+    std::uint64_t size = 0;  // address space
+    std::uint64_t page = 0;
+    std::uint64_t mapped = 0;
+    bool small = false;
   };
   struct FreeKey {  // torch's BlockComparatorSize: stream, then size, then address
     std::uint64_t stream, size, address;
@@ -116,6 +142,14 @@ class OOMFLIGHT_API AllocatorModel {
   std::map<std::uint64_t, std::uint64_t> segments_;      // address -> size
   std::map<FreeKey, std::uint64_t> free_small_, free_large_;  // the pools' free blocks -> address
   std::uint64_t reserved_ = 0, allocated_ = 0;
+  std::map<std::uint64_t, ExpandableSegment> expandable_;                   // base address -> segment
+  std::map<std::pair<std::uint64_t, bool>, std::uint64_t> expandable_of_;  // (stream, small) -> base address
+  std::set<std::uint64_t> unmapped_;                                        // unmapped blocks, by address
+  std::uint64_t next_expandable_base_ = 1ull << 56;
+  void merge_unmapped(std::uint64_t address);
+  // The free block at `start` becomes [start, lo) free, `middle` over [lo, hi), [hi, its end) free.
+  void cut_free_block(std::uint64_t start, std::uint64_t lo, std::uint64_t hi, Block middle);
+  std::uint64_t unmap_free_pages();
 };
 
 /// How closely the model follows a recorded trace (`oomflight whatif --fidelity`).

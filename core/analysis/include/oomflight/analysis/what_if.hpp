@@ -21,10 +21,10 @@ namespace oomflight {
 /// `settings` with the options of a PYTORCH_CUDA_ALLOC_CONF text applied ("max_split_size_mb:512,
 /// roundup_power2_divisions:4"; torch's syntax: comma-separated key:value). Read: max_split_size_mb (MiB, above 20
 /// as torch requires), roundup_power2_divisions (a power of two, for every size; the per-interval [..] form is not
-/// read), expandable_segments (False only: True is not modelled yet), and the options that do not change where
-/// memory goes (backend, release_lock_on_cudamalloc, pinned_*), which are accepted and ignored. Throws
-/// std::invalid_argument naming the option and what is wrong (an unknown option, a value that does not read, one
-/// not modelled yet: garbage_collection_threshold, expandable_segments:True).
+/// read), expandable_segments (True or False), and the options that do not change where memory goes (backend,
+/// release_lock_on_cudamalloc, pinned_*), which are accepted and ignored. Throws std::invalid_argument naming the
+/// option and what is wrong (an unknown option, a value that does not read, one not modelled yet:
+/// garbage_collection_threshold).
 OOMFLIGHT_API AllocatorSettings parse_alloc_conf(std::string_view text, AllocatorSettings settings = {});
 
 /// A replay's outcome. Bytes; entries are indices into the device's trace.
@@ -38,7 +38,8 @@ struct WhatIfOutcome {
   bool fits = true;                         ///< every allocation found room within the capacity
   std::size_t failing_entry = 0;            ///< when !fits: the alloc that found none
   std::uint64_t failing_size = 0;           ///< ... its size as asked
-  std::uint64_t failing_segment = 0;        ///< ... the segment it needed
+  std::uint64_t failing_segment = 0;        ///< ... the segment it needed (the pages, with expandable segments)
+  bool failing_pages = false;               ///< ... failing_segment is pages of an expandable segment
   std::uint64_t reserved_at_failure = 0;    ///< ... what the segments held then (after the retry path's release)
   PoolFigures small;                        ///< the small pool at the failure, else at the trace's end
   PoolFigures large;                        ///< the large pool, likewise
@@ -47,8 +48,9 @@ struct WhatIfOutcome {
 /// Replays `device`'s trace of `snapshot` from the state walked back from its end (snapshot_start_state: the
 /// segments and blocks that predate the trace keep their recorded places) with `settings`, within `capacity` bytes
 /// of segments (0: no limit). An alloc takes the cached block the model chooses, else a new segment of the model's
-/// size; a segment that does not fit the capacity first makes the model release every wholly free segment (torch's
-/// retry path: release_cached_blocks), and fails if it still does not fit: the replay stops there. A free_completed
+/// size (with expandable_segments: pages of the stream's expandable segment, AllocatorModel::expand); a segment that
+/// does not fit the capacity first makes the model release every wholly free segment and unmap every free page
+/// (torch's retry path: release_cached_blocks), and fails if it still does not fit: the replay stops there. A free_completed
 /// frees the block the model placed; a burst of segment_free that the program asked for (empty_cache: one not
 /// followed by a segment_alloc or an oom entry) releases every wholly free segment of the model's, while one that
 /// is the recorded allocator's retry path is not replayed (the model has its own); the recorded segment_alloc
