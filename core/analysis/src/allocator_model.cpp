@@ -285,8 +285,16 @@ AllocatorModel::Expansion AllocatorModel::expand(std::uint64_t size, std::uint64
   };
   // find_expandable_block(): the lowest unmapped range (with the free block before it, if any) from which free and
   // unmapped blocks hold the request.
+  // After 64 ranges tried, the last one (the segment's unmapped end, which always holds it): a history torch would
+  // scan further costs the model no more than that per request, so that any file replays in near-linear time.
   std::optional<std::uint64_t> candidate;
+  std::size_t tried = 0;
   for (auto u = unmapped_.lower_bound(base); u != unmapped_.end() && *u < end && !candidate; ++u) {
+    if (++tried > 64) {
+      auto last = unmapped_.lower_bound(end);
+      --last;  // the segment's own: *u < end and u is in it
+      u = last;
+    }
     auto c = blocks_.find(*u);
     if (c != blocks_.begin()) {
       const auto prev = std::prev(c);

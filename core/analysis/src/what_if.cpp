@@ -125,6 +125,17 @@ WhatIfOutcome replay_what_if(const TorchSnapshot& snapshot, int device, const Al
         }
         ++out.allocations;
         std::optional<std::uint64_t> at = model.place(e.size, e.stream);
+        if (!at && capacity != 0 && model.round_size(e.size) > capacity) {
+          // Larger than the whole capacity: it fails whatever the cache holds (and no search is spent on it).
+          out.fits = false;
+          out.failing_entry = i;
+          out.failing_size = e.size;
+          out.failing_segment = settings.expandable_segments ? model.round_size(e.size)
+                                                             : AllocatorModel::segment_size(model.round_size(e.size));
+          out.failing_pages = settings.expandable_segments;
+          out.reserved_at_failure = model.reserved_bytes();
+          break;
+        }
         if (!at && settings.expandable_segments) {
           // Pages of the stream's expandable segment; at the capacity, the retry path unmaps every free page and
           // the request looks again (a cached block first, then pages).

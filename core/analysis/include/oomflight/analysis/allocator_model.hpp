@@ -102,7 +102,9 @@ class OOMFLIGHT_API AllocatorModel {
   /// expandable_segments (try_allocate_expandable_block): the request's (stream, pool) has one segment of address
   /// space (made at its first use), mapped by pages of 2 MiB (small pool) or 20 MiB (large). The lowest unmapped
   /// range that, with the free block before it and the free or unmapped ones after, holds round_size(size) is
-  /// mapped, page by page, as far as the request needs, and merges with its free neighbours into one free block.
+  /// mapped, page by page, as far as the request needs, and merges with its free neighbours into one free block
+  /// (after 64 ranges tried, the segment's unmapped end: a bound torch does not have, so that any history replays
+  /// in near-linear time).
   /// Nothing changes when the pages would take reserved past `capacity` (0: no limit). Only with
   /// settings.expandable_segments.
   Expansion expand(std::uint64_t size, std::uint64_t stream, std::uint64_t capacity);
