@@ -106,7 +106,8 @@ std::optional<double> print_what_if(std::string& out, const std::string& what, c
   const std::optional<std::uint64_t> at_oom = capacity_at_oom(s, d);
   const std::uint64_t capacity = memory ? memory->bytes : at_oom.value_or(0);
   const WhatIfOutcome a = replay_what_if(s, d, recorded, capacity);
-  const WhatIfOutcome b = replay_what_if(s, d, configured, capacity);
+  // Without --alloc-conf the two columns are one replay.
+  const WhatIfOutcome b = conf ? replay_what_if(s, d, configured, capacity) : a;
   fmt::format_to(std::back_inserter(out), "{} device {}: {} against {}, within {}\n", what, d, "the recorded settings",
              conf ? fmt::format("'{}'", *conf) : std::string("the same (no --alloc-conf)"),
              memory ? fmt::format("{} ({})", format_bytes(memory->bytes), memory->source)
