@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "dump_outcome.hpp"
+#include "dump_role.hpp"
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
 #include "dump_words.hpp"
@@ -580,41 +581,29 @@ void StoreProtocol::watch() {
         }
         log().debug("dump {}'s cause from rank {} seen {}", n, cause.origin,
                     rings.other ? "at once (a rank of this node rang)" : "at a look");
-        FrozenHistory h = recorder_.freeze(-1);
-        DumpRequest request;
-        request.kind = cause.kind;
-        // An oom event no dump has reported makes this rank an origin too: ranks of a data-parallel job run out of
-        // memory at the same step, and one whose failing thread had not asked yet when the cause arrived is named
-        // with the first (its request, when it comes, finds its failure in this dump: request()).
-        bool is_origin = false;
+        // This rank was an origin of the dump a late failure asked to join (the joint dump): an origin of this one
+        // too, with the same words and figures (its request waits for this dump: await_joint).
         const bool rejoin = std::find(cause.joint_origins.begin(), cause.joint_origins.end(), id_.rank) !=
                             cause.joint_origins.end();
+        const DumpEntry entry = rejoin ? DumpEntry::rejoined : DumpEntry::heard;
+        DumpRequest request;
+        request.kind = cause.kind;
+        int device = -1;
         {
           std::lock_guard lock(mutex_);
-          if (rejoin) {
-            // The joint dump: this rank was an origin of the dump a late failure asked to join. It is an origin of
-            // this one too, with the same words and figures (its request waits for this dump: await_joint).
-            is_origin = true;
-            request = ledger_.joint_request();
-            ledger_.rejoined(h.oom_events);
-          } else {
-            is_origin = ledger_.origin_through_event(h.oom_events);  // run_dump waits a little for its words
-          }
+          if (rejoin) request = ledger_.joint_request();
+          device = freeze_device(entry, ledger_);
         }
-        if (is_origin && !rejoin) {
-          request = request_from_oom_event(h);
-          announce_dump(request, id_.rank, h.batch);
+        FrozenHistory h = recorder_.freeze(device);
+        const DumpRole role = settle_role(ledger_, mutex_, cv_, entry, h, id_.rank, request);
+        if (role.through_event) {
           try {
-            store_->add(key(n, "trigger"), 1);
+            store_->add(key(n, "trigger"), 1);  // an origin's trigger, as tell_cause() adds it
           } catch (const std::exception& e) {
             log().warn("the job's store: {}", e.what());
           }
         }
-        {
-          std::lock_guard lock(mutex_);
-          ledger_.decided();  // after its line: a request of its failing thread says its words after it
-        }
-        cv_.notify_all();
+        const bool is_origin = role.origin;
         finish(run_dump(n, is_origin, h, request, cause, start));
       } catch (const std::exception& e) {
         DumpResult r;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "collective_dump.hpp"
+#include "dump_role.hpp"
 #include "dump_signal.hpp"
 #include "dump_words.hpp"
 #include "peer_processes.hpp"
@@ -248,12 +249,6 @@ std::int64_t TriggerProtocol::ask_others(const DumpRequest& request, std::int64_
   return 1;
 }
 
-void TriggerProtocol::announce(const DumpRequest& request, std::int64_t batch) const {
-  // The root cause first, on this rank's stderr, before any step another rank could block or a teardown could
-  // cut short: whatever happens to the dump, the user reads why the job died.
-  announce_dump(request, id_.rank, batch);
-}
-
 void TriggerProtocol::watch() {
   watch_until_stopped();
   std::lock_guard lock(mutex_);
@@ -427,62 +422,39 @@ bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns, b
 void TriggerProtocol::run_dump() {
   const std::int64_t start = monotonic_ns();
   timeline_ = DumpTimeline();
-  bool is_origin = false;
+  DumpEntry entry = DumpEntry::heard;
   DumpRequest request;
   FrozenHistory h;
   bool triggers_sent = false;
-  bool awaiting = false;  // an origin through its oom event, whose own request has not come yet
-  bool rejoin = false;    // an origin of the dump this one replaces (the joint dump)
+  int device = -1;
+  std::int64_t joint_batch = -1;
   {
     std::unique_lock lock(mutex_);
     if (auto mine = requests_.take_due(lock)) {
-      is_origin = true;
+      entry = DumpEntry::asked;
       triggers_sent = mine->asked != 0;
       h = std::move(mine->history);
       request = std::move(mine->request);
     }
     ledger_.begin();  // deciding until the freeze says whether this rank is an origin
     active_start_ns_ = start;
-    rejoin = !is_origin && ledger_.joint_expected();
-    if (rejoin) {
+    if (entry != DumpEntry::asked && ledger_.joint_expected()) {
+      // The joint dump: this rank was an origin of the dump that a late failure asked to join. It is an origin of
+      // this one too, with the same reason and figures, and its archive replaces the one it just wrote.
+      entry = DumpEntry::rejoined;
       request = ledger_.joint_request();
-      h.batch = ledger_.joint_batch();
       supersede_path_ = ledger_.joint_path();
+      joint_batch = ledger_.joint_batch();
+      triggers_sent = true;  // the late origin sent them
     }
+    device = freeze_device(entry, ledger_);
   }
-  if (rejoin) {
-    // The joint dump: this rank was an origin of the dump that a late failure asked to join. It is an origin of
-    // this one too, with the same reason and figures, and its archive replaces the one it just wrote.
-    is_origin = true;
-    const std::int64_t batch = h.batch;
-    h = recorder_.freeze(request.device);
-    h.batch = batch;
-    triggers_sent = true;  // the late origin sent them
-  } else if (!is_origin) {
-    h = recorder_.freeze();
+  const bool rejoin = entry == DumpEntry::rejoined;
+  if (entry != DumpEntry::asked) {
+    h = recorder_.freeze(device);
+    if (rejoin) h.batch = joint_batch;
   }
-  {
-    std::lock_guard lock(mutex_);
-    if (rejoin) {
-      ledger_.rejoined(h.oom_events);
-    } else if (is_origin) {
-      ledger_.asked(h.oom_events);
-    } else {
-      // An oom event no dump has reported makes this rank an origin even if its request comes later: two
-      // ranks that fail at the same moment are both named, whatever order their messages arrive in.
-      awaiting = ledger_.origin_through_event(h.oom_events);
-      is_origin = awaiting;
-    }
-  }
-  if (awaiting) {
-    request = request_from_oom_event(h);
-    announce(request, h.batch);  // before a request of its failing thread says its words (it waits for decided())
-  }
-  {
-    std::lock_guard lock(mutex_);
-    ledger_.decided();
-  }
-  done_.notify_all();  // a request() waiting for this verdict
+  const bool is_origin = settle_role(ledger_, mutex_, done_, entry, h, id_.rank, request).origin;
   timeline_.mark("freeze");
   if (is_origin && !broken_ && !triggers_sent) send_triggers(ledger_.number(), h.batch, request.kind);
   timeline_.mark("triggers");

@@ -123,7 +123,6 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   };
   LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
                        std::vector<std::int32_t> origins = {}) const;
-  void announce(const DumpRequest& request, std::int64_t batch) const;
   void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
   // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
   void end_by_sigterm(const char* why);
