@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "oomflight/analysis/collectives.hpp"
+#include "oomflight/analysis/memory_levels.hpp"
 #include "oomflight/base/printable.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
@@ -136,41 +137,20 @@ struct Point {
 // trigger: what was allocated before its recorded history began is the baseline the shift adds.
 std::vector<Point> replay(const Archive& a, const RankRow& row) {
   std::vector<Point> points;
-  const auto events = a.events_of(row);
-  points.reserve(events.size() + 1);
-  std::unordered_map<std::uint64_t, std::uint64_t> live;  // addr -> size
-  // Relative to the start of the history, so they may go below 0; unsigned, so that a damaged archive's sizes wrap
-  // instead of overflowing.
-  std::uint64_t allocated = 0, reserved = 0;
-  for (const Event& e : events) {
-    switch (e.action) {
-      case Action::alloc:
-        allocated += e.size;
-        live[e.addr] = e.size;
-        break;
-      case Action::free_completed: {
-        // A block allocated before the history began has no alloc here; its free carries its size (as PyTorch's
-        // trace does).
-        const auto it = live.find(e.addr);
-        allocated -= it != live.end() ? it->second : e.size;
-        if (it != live.end()) live.erase(it);
-        break;
-      }
-      case Action::segment_alloc:
-      case Action::segment_map: reserved += e.size; break;
-      case Action::segment_free:
-      case Action::segment_unmap: reserved -= e.size; break;
-      default: break;
-    }
-    std::int64_t utc = to_utc(row, e.t_ns);
+  const std::vector<MemoryLevel> levels = memory_levels(a, row);
+  points.reserve(levels.size() + 1);
+  for (const MemoryLevel& l : levels) {
+    std::int64_t utc = to_utc(row, l.t_ns);
     // The ring's writers interleave by a few ns: keep the curve going forward in time.
     if (!points.empty() && utc < points.back().utc) utc = points.back().utc;
-    points.push_back({utc, static_cast<std::int64_t>(allocated), static_cast<std::int64_t>(reserved)});
+    points.push_back({utc, l.allocated, l.reserved});
   }
   if (row.freeze_t_ns != 0) {
     const std::int64_t utc = to_utc(row, row.freeze_t_ns);
-    if (points.empty() || utc >= points.back().utc) {
-      points.push_back({utc, static_cast<std::int64_t>(allocated), static_cast<std::int64_t>(reserved)});
+    if (points.empty()) {
+      points.push_back({utc, 0, 0});
+    } else if (utc >= points.back().utc) {
+      points.push_back({utc, points.back().allocated, points.back().reserved});
     }
   }
   if (points.empty()) return points;

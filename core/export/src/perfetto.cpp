@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oomflight/analysis/collectives.hpp"
+#include "oomflight/analysis/memory_levels.hpp"
 
 namespace oomflight {
 namespace {
@@ -40,42 +41,17 @@ struct Gauge {
 };
 
 std::vector<Gauge> gauges(const Archive& a, const RankRow& row) {
-  // 128-bit sums: a damaged file's sizes are arbitrary, and signed 64-bit overflow would be undefined.
+  // 128-bit shifts: a damaged file's figures are arbitrary, and signed 64-bit overflow would be undefined.
   __extension__ typedef __int128 Wide;
   struct Raw {
     std::int64_t t_ns;
     Wide allocated, reserved;
   };
   std::vector<Raw> raw;
-  std::unordered_map<std::uint64_t, std::uint64_t> blocks, segments;
-  Wide allocated = 0, reserved = 0;
-  for (const Event& e : a.events_of(row)) {
-    const Wide before_a = allocated, before_r = reserved;
-    switch (e.action) {
-      case Action::alloc: blocks[e.addr] = e.size; allocated += e.size; break;
-      case Action::free_completed:
-        if (auto it = blocks.find(e.addr); it != blocks.end()) {
-          allocated -= it->second;
-          blocks.erase(it);
-        } else {
-          allocated -= e.size;  // allocated before the history began
-        }
-        break;
-      case Action::segment_alloc:
-      case Action::segment_map: segments[e.addr] = e.size; reserved += e.size; break;
-      case Action::segment_free:
-      case Action::segment_unmap:
-        if (auto it = segments.find(e.addr); it != segments.end()) {
-          reserved -= it->second;
-          segments.erase(it);
-        } else {
-          reserved -= e.size;
-        }
-        break;
-      default: break;
-    }
-    if (allocated == before_a && reserved == before_r && !raw.empty()) continue;
-    raw.push_back(Raw{e.t_ns, allocated, reserved});
+  for (const MemoryLevel& l : memory_levels(a, row)) {
+    // A counter track needs a point where a figure changes only.
+    if (!raw.empty() && raw.back().allocated == l.allocated && raw.back().reserved == l.reserved) continue;
+    raw.push_back(Raw{l.t_ns, l.allocated, l.reserved});
   }
   // The marks, oldest first: every batch that ended (its figures then), and the trigger (the rank's figures).
   struct Mark {
