@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <optional>
+#include <stdexcept>
 
 #include "commands.hpp"
+#include "oomflight/analysis/what_if.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/sim/replay_job.hpp"
 
@@ -20,6 +23,7 @@ struct ReplayFlags {
   int rank_memory_from_step = 0;
   int device = -1;
   bool pace = false;
+  std::optional<std::string> alloc_conf;
 };
 
 // Turns the flags into the job's options. Throws std::invalid_argument naming the flag and the value.
@@ -29,6 +33,18 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
   o.steps = f.steps;
   o.rank_memory_from_step = f.rank_memory_from_step;
   o.device = f.device;
+  if (f.alloc_conf) {
+    // Said before the trace is read: a bad option, or one the simulated device does not replay.
+    try {
+      if (parse_alloc_conf(*f.alloc_conf).expandable_segments) {
+        throw std::invalid_argument("expandable_segments:True is not replayed on the simulated device yet ("
+                                    "`oomflight whatif TRACE --alloc-conf expandable_segments:True` models it)");
+      }
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("--alloc-conf: {}", e.what()));
+    }
+    o.alloc_conf = *f.alloc_conf;
+  }
   o.pace = f.pace;
   try {
     o.device_memory_bytes = parse_bytes(f.device_memory);
@@ -82,6 +98,11 @@ Command add_replay(CLI::App& app) {
   sub->add_option("--device", f->device,
                   "The trace's device to replay (default: the only device with a trace; several need this flag)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--alloc-conf", f->alloc_conf,
+                  "Allocator settings to replay under, as PYTORCH_CUDA_ALLOC_CONF gives them (e.g. "
+                  "max_split_size_mb:256,roundup_power2_divisions:4), over those the trace records: the allocator's "
+                  "decisions (where blocks go, which segments are reserved, what the retry path releases) are then "
+                  "the model's (docs/allocator-model.md), not the trace's");
   sub->add_flag("--pace", f->pace,
                 "Serve each trace entry at its own time (time_us) from the step's start, so that the archive's "
                 "times are the trace's (a step then lasts as long as it did)");

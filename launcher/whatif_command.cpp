@@ -24,6 +24,7 @@
 #include "oomflight/export/user_frames.hpp"
 #include "oomflight/format/archive_reader.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
+#include "oomflight/record/context_log.hpp"
 
 namespace oomflight::cli {
 namespace {
@@ -66,6 +67,43 @@ void print_fidelity(std::string& out, const std::string& what, const TorchSnapsh
   if (!any) {
     fmt::format_to(std::back_inserter(out), "{}: no trace{} to replay\n", what,
                only_device >= 0 ? fmt::format(" of device {}", only_device) : std::string());
+  }
+}
+
+// The settings a rank of an archive ran under, for the "as recorded" column, into `s` (whose own are empty: an
+// archive's memory_viz_snapshot() carries none): a replayed or imported snapshot's, which its context holds as the
+// snapshot gave them (allocator_settings.*), else the job's PYTORCH_CUDA_ALLOC_CONF, which a live job's environment
+// records, else none (torch's defaults). Without this a job run with max_split_size_mb would be replayed "as
+// recorded" without it. Throws std::invalid_argument naming the variable when the job's setting is not one the model
+// replays (garbage_collection_threshold, say): its recorded column would not be what it ran under.
+void take_recorded_settings(const Archive& a, int rank, TorchSnapshot& s) {
+  if (!s.allocator_settings.empty()) return;
+  // torch 2.9 on reads PYTORCH_ALLOC_CONF first, PYTORCH_CUDA_ALLOC_CONF "with lower priority"
+  // (c10/core/AllocatorConfig.h).
+  std::optional<std::string> generic, cuda;
+  for (const ContextRow& c : a.context_of(rank)) {
+    const auto kind = static_cast<ContextEntry::Kind>(c.kind);
+    const std::string_view key = a.string(c.key);
+    if (key.starts_with("allocator_settings.") &&
+        (kind == ContextEntry::Kind::environment || kind == ContextEntry::Kind::metadata)) {
+      // An imported snapshot's (environment) or a replay's (its metadata).
+      s.allocator_settings.emplace_back(key.substr(19), a.string(c.value));
+    } else if (kind != ContextEntry::Kind::environment) {
+      continue;
+    } else if (key == "PYTORCH_ALLOC_CONF") {
+      generic = std::string(a.string(c.value));
+    } else if (key == "PYTORCH_CUDA_ALLOC_CONF") {
+      cuda = std::string(a.string(c.value));
+    }
+  }
+  const std::optional<std::string>& alloc_conf = generic ? generic : cuda;
+  if (!s.allocator_settings.empty() || !alloc_conf || alloc_conf->empty()) return;
+  try {
+    s.allocator_settings = allocator_settings_entries(parse_alloc_conf(*alloc_conf));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format(
+        "rank {} ran with {}={}, which the model cannot replay as recorded: {}", rank,
+        generic ? "PYTORCH_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF", *alloc_conf, e.what()));
   }
 }
 
@@ -242,7 +280,8 @@ int run(const WhatifFlags& f) {
     RankOutcome& o = outcomes[i];
     try {
       MemoryVizNotes notes;
-      const TorchSnapshot s = memory_viz_snapshot(archive, row, &notes);
+      TorchSnapshot s = memory_viz_snapshot(archive, row, &notes);
+      take_recorded_settings(archive, row.rank, s);
       const std::string what = fmt::format("rank {}", row.rank);
       if (f.fidelity) {
         print_fidelity(o.text, what, s, f.device, &notes);

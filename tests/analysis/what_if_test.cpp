@@ -13,6 +13,22 @@ namespace {
 
 constexpr std::uint64_t MiB = 1ull << 20;
 
+TEST(WhatIf, SettingsWrittenAsASnapshotGivesThemReadBackAsTheyWere) {
+  // `oomflight replay --alloc-conf` records what it ran under in the snapshot's own words, and `whatif` reads them
+  // back from its archive: the round trip must lose nothing.
+  AllocatorSettings s = parse_alloc_conf("max_split_size_mb:300,roundup_power2_divisions:8,expandable_segments:True");
+  s.roundup_power2_divisions[15] = 2;
+  TorchSnapshot snapshot;
+  snapshot.allocator_settings = allocator_settings_entries(s);
+  const AllocatorSettings back = allocator_settings_of(snapshot);
+  EXPECT_EQ(back.max_split_size, 300 * MiB);
+  EXPECT_EQ(back.roundup_power2_divisions, s.roundup_power2_divisions);
+  EXPECT_TRUE(back.expandable_segments);
+  snapshot.allocator_settings = allocator_settings_entries(AllocatorSettings{});
+  EXPECT_EQ(allocator_settings_of(snapshot).max_split_size, UINT64_MAX);  // torch's -1: no limit
+  EXPECT_FALSE(allocator_settings_of(snapshot).expandable_segments);
+}
+
 TEST(WhatIf, AllocConfReadsWhatTheModelUsesAndNamesWhatItCannot) {
   const AllocatorSettings s = parse_alloc_conf("max_split_size_mb:512, roundup_power2_divisions:4,backend:native");
   EXPECT_EQ(s.max_split_size, 512 * MiB);
@@ -38,6 +54,9 @@ TEST(WhatIf, AllocConfReadsWhatTheModelUsesAndNamesWhatItCannot) {
   EXPECT_NE(refused("max_split_size_mb").find("'max_split_size_mb' is not key:value"), std::string::npos);
   EXPECT_NE(refused("max_splt_size_mb:512").find("'max_splt_size_mb' is not an option the model reads"),
             std::string::npos);
+  EXPECT_EQ(refused("backend:cudaMallocAsync"),
+            "backend:cudaMallocAsync is not PyTorch's caching allocator (backend:native), which is what the model "
+            "replays");
 }
 
 TraceEntry entry(Action action, std::uint64_t addr, std::uint64_t size) {

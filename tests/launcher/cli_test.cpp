@@ -17,7 +17,7 @@ namespace {
 using test::run_command;
 using test::TempDir;
 
-std::string cli(const std::string& args) { return fmt::format("{} {}", OOMFLIGHT_CLI, args); }
+using test::cli;
 
 TEST(Cli, VersionAndHelpSucceed) {
   TempDir dir;

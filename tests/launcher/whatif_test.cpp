@@ -15,7 +15,7 @@ namespace {
 using test::run_command;
 using test::TempDir;
 
-std::string cli(const std::string& args) { return fmt::format("{} {}", OOMFLIGHT_CLI, args); }
+using test::cli;
 
 const std::string kH200 = std::string(OOMFLIGHT_SOURCE_DIR) + "/examples/pytorch/snapshots/h200-transformer-lm-step1.pickle";
 

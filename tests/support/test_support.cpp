@@ -23,6 +23,8 @@ std::filesystem::path shared_snapshot_dir() {
 }
 }  // namespace
 
+std::string cli(const std::string& args) { return fmt::format("{} {}", OOMFLIGHT_CLI, args); }
+
 std::string own_snapshot() {
   const auto path =
       std::filesystem::path(OOMFLIGHT_SOURCE_DIR) / "examples/pytorch/snapshots/h200-transformer-lm-step1.pickle";

@@ -28,6 +28,9 @@ std::string missing_shared_snapshot(const std::string& name);
   const std::string var = ::oomflight::test::shared_snapshot(name);                    \
   if (var.empty()) GTEST_SKIP() << ::oomflight::test::missing_shared_snapshot(name)
 
+/// The command line of the built `oomflight` with `args` (for run_command).
+std::string cli(const std::string& args);
+
 /// A fresh empty folder under the build's temp area, removed by the destructor.
 class TempDir {
  public:

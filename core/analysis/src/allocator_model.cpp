@@ -54,6 +54,21 @@ AllocatorSettings allocator_settings_of(const TorchSnapshot& snapshot) {
   return s;
 }
 
+std::vector<std::pair<std::string, std::string>> allocator_settings_entries(const AllocatorSettings& settings) {
+  std::string divisions = "{";
+  for (std::size_t i = 0; i < settings.roundup_power2_divisions.size(); ++i) {
+    divisions += fmt::format("{}'{}': {}", i == 0 ? "" : ", ", 1ull << i, settings.roundup_power2_divisions[i]);
+  }
+  divisions += "}";
+  return {
+      {"max_split_size", settings.max_split_size == UINT64_MAX ? std::string("-1")
+                                                               : std::to_string(settings.max_split_size)},
+      {"garbage_collection_threshold", fmt::format("{}", settings.garbage_collection_threshold)},
+      {"expandable_segments", settings.expandable_segments ? "True" : "False"},
+      {"roundup_power2_divisions", divisions},
+  };
+}
+
 bool AllocatorModel::FreeKey::operator<(const FreeKey& o) const {
   if (stream != o.stream) return stream < o.stream;
   if (size != o.size) return size < o.size;
@@ -196,13 +211,21 @@ bool AllocatorModel::holds(std::uint64_t address) const {
   return e != expandable_.begin() && address < std::prev(e)->first + std::prev(e)->second.size;
 }
 
-std::uint64_t AllocatorModel::release_free_segments() {
+std::uint64_t AllocatorModel::block_size(std::uint64_t address) const {
+  const auto b = blocks_.find(address);
+  return b == blocks_.end() ? 0 : b->second.size;
+}
+
+std::uint64_t AllocatorModel::release_free_segments(std::vector<SegmentChange>* released_segments) {
   std::uint64_t released = 0;
   for (auto seg = segments_.begin(); seg != segments_.end();) {
     const auto b = blocks_.find(seg->first);
     if (b == blocks_.end() || b->second.allocated || b->second.size != seg->second) {
       ++seg;
       continue;
+    }
+    if (released_segments) {
+      released_segments->push_back(SegmentChange{Action::segment_free, seg->first, seg->second, b->second.stream});
     }
     erase_free(seg->first);
     blocks_.erase(b);

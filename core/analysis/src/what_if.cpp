@@ -1,6 +1,8 @@
 // What-if replays (what_if.hpp).
 #include "oomflight/analysis/what_if.hpp"
 
+#include "oomflight/analysis/allocator_replay.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -16,7 +18,6 @@ constexpr std::uint64_t kMiB = 1ull << 20;
 // No device holds 16 TiB: a larger request is a damaged entry, skipped (counted). Addresses the model gives its own
 // segments start above every recorded one below 2^60, so that neither can wrap whatever a file holds.
 constexpr std::uint64_t kLargestRequest = 1ull << 44;
-constexpr std::uint64_t kHighestAddress = 1ull << 60;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -69,6 +70,10 @@ AllocatorSettings parse_alloc_conf(std::string_view text, AllocatorSettings sett
       settings.expandable_segments = value == "True";
     } else if (key == "garbage_collection_threshold") {
       throw std::invalid_argument("garbage_collection_threshold is not modelled yet (docs/allocator-model.md)");
+    } else if (key == "backend" && value != "native") {
+      // cudaMallocAsync hands every request to CUDA's own stream-ordered pool: no caching allocator to model.
+      throw std::invalid_argument(fmt::format(
+          "backend:{} is not PyTorch's caching allocator (backend:native), which is what the model replays", value));
     } else if (key == "backend" || key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
       // Where memory goes does not depend on them.
     } else {
@@ -86,26 +91,8 @@ WhatIfOutcome replay_what_if(const TorchSnapshot& snapshot, int device, const Al
   WhatIfOutcome out;
   if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size()) return out;
   const std::vector<TraceEntry>& trace = snapshot.device_traces[static_cast<std::size_t>(device)];
-  AllocatorModel model(settings);
-  std::uint64_t next_address = 0;  // the model's own segments go above every recorded address
-  const SnapshotStartState start = snapshot_start_state(snapshot, device);
-  for (const auto& [address, segment] : start.segments) {
-    model.add_segment(address, segment.size, segment.stream, segment.size == 2 * kMiB && !segment.is_expandable);
-    next_address = std::max(next_address, address + segment.size);
-  }
-  std::unordered_map<std::uint64_t, std::uint64_t> placed;  // recorded address -> the model's
-  for (const auto& [address, block] : start.blocks) {
-    if (model.restore_allocated(address, block.block_size != 0 ? block.block_size : model.round_size(block.size))) {
-      placed[address] = address;
-    }
-  }
-  for (const TraceEntry& e : trace) {
-    if (e.action != Action::oom && e.addr < kHighestAddress && e.size < kLargestRequest) {
-      next_address = std::max(next_address, e.addr + e.size);
-    }
-  }
-  next_address = std::min(next_address, kHighestAddress);
-  next_address = (next_address + (1ull << 30)) & ~((1ull << 21) - 1);
+  AllocatorReplay replay(snapshot_start_state(snapshot, device), trace, settings, capacity);
+  const AllocatorModel& model = replay.model();
   const auto note_peaks = [&] {
     out.peak_reserved = std::max(out.peak_reserved, model.reserved_bytes());
     if (model.allocated_bytes() > out.peak_allocated) {
@@ -124,76 +111,28 @@ WhatIfOutcome replay_what_if(const TorchSnapshot& snapshot, int device, const Al
           break;
         }
         ++out.allocations;
-        std::optional<std::uint64_t> at = model.place(e.size, e.stream);
-        if (!at && capacity != 0 && model.round_size(e.size) > capacity) {
-          // Larger than the whole capacity: it fails whatever the cache holds (and no search is spent on it).
+        const ModelledAllocation a =
+            replay.allocate(e.size, e.stream, e.action == Action::alloc ? std::optional(e.addr) : std::nullopt);
+        out.released_by_retries += a.released;
+        if (!a.address && a.needed != 0) {
           out.fits = false;
           out.failing_entry = i;
           out.failing_size = e.size;
-          out.failing_segment = settings.expandable_segments ? model.round_size(e.size)
-                                                             : AllocatorModel::segment_size(model.round_size(e.size));
-          out.failing_pages = settings.expandable_segments;
+          out.failing_segment = a.needed;
+          out.failing_pages = a.pages;
           out.reserved_at_failure = model.reserved_bytes();
           break;
         }
-        if (!at && settings.expandable_segments) {
-          // Pages of the stream's expandable segment; at the capacity, the retry path unmaps every free page and
-          // the request looks again (a cached block first, then pages).
-          AllocatorModel::Expansion x = model.expand(e.size, e.stream, capacity);
-          if (!x.address) {
-            out.released_by_retries += model.release_free_segments();
-            at = model.place(e.size, e.stream);
-            if (!at) x = model.expand(e.size, e.stream, capacity);
-          }
-          if (!at && !x.address) {
-            out.fits = false;
-            out.failing_entry = i;
-            out.failing_size = e.size;
-            out.failing_segment = x.mapped;
-            out.failing_pages = true;
-            out.reserved_at_failure = model.reserved_bytes();
-            break;
-          }
-          if (!at) at = x.address;
-        } else if (!at) {
-          const std::uint64_t rounded = model.round_size(e.size);
-          const std::uint64_t need = AllocatorModel::segment_size(rounded);
-          if (capacity != 0 && model.reserved_bytes() + need > capacity) {
-            out.released_by_retries += model.release_free_segments();
-          }
-          if (capacity != 0 && model.reserved_bytes() + need > capacity) {
-            out.fits = false;
-            out.failing_entry = i;
-            out.failing_size = e.size;
-            out.failing_segment = need;
-            out.reserved_at_failure = model.reserved_bytes();
-            break;
-          }
-          model.add_segment(next_address, need, e.stream, AllocatorModel::small_pool(rounded));
-          at = next_address;
-          next_address += need;
-        }
-        if (model.allocate(*at, e.size, e.stream) && e.action == Action::alloc) placed[e.addr] = *at;
         note_peaks();
         break;
       }
-      case Action::free_completed: {
-        const auto it = placed.find(e.addr);
-        if (it == placed.end()) break;
-        (void)model.free(it->second);
-        placed.erase(it);
+      case Action::free_completed:
+        (void)replay.free(e.addr);
         break;
-      }
       case Action::segment_free: {
-        // The recorded allocator's retry path (a burst of segment_free, then the segment it made room for, or the
-        // oom) is its answer to its own pressure: the model has its own. Any other burst is the program's
-        // empty_cache(), which the model does too.
-        std::size_t next = i + 1;
-        while (next < trace.size() && trace[next].action == Action::segment_free) ++next;
-        const bool retry = next < trace.size() && (trace[next].action == Action::segment_alloc ||
-                                                   trace[next].action == Action::oom);
-        if (!retry) (void)model.release_free_segments();
-        i = next - 1;
+        const SegmentFreeBurst burst = segment_free_burst(trace, i);
+        if (!burst.retry_path) (void)replay.empty_cache();
+        i = burst.end - 1;
         break;
       }
       default:

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "oomflight/analysis/what_if.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
 #include "oomflight/oomflight.h"
@@ -169,7 +170,9 @@ int run_replay_job(const ReplayOptions& o) {
     StackTable stacks;
     snapshot.emplace(read_torch_snapshot(o.trace, stacks));
     device_id = choose_device(*snapshot, o.device, o.trace);
-    device.emplace(*snapshot, capacity, device_id);
+    std::optional<AllocatorSettings> modelled;
+    if (o.alloc_conf) modelled = parse_alloc_conf(*o.alloc_conf, allocator_settings_of(*snapshot));
+    device.emplace(*snapshot, capacity, device_id, modelled);
     sink.emplace(intern_through_c_api(stacks.copy()), device_id);
   } catch (const std::exception& e) {
     return cannot_start(e.what());
@@ -178,6 +181,14 @@ int run_replay_job(const ReplayOptions& o) {
   // PYTORCH_CUDA_ALLOC_CONF is in its environment instead).
   for (const auto& [key, value] : snapshot->allocator_settings) {
     oomflight_set_metadata(("allocator_settings." + key).c_str(), value.c_str());
+  }
+  if (o.alloc_conf) {
+    // What this replay ran under instead, in the snapshot's own words: the archive's settings are the replay's.
+    for (const auto& [key, value] :
+         allocator_settings_entries(parse_alloc_conf(*o.alloc_conf, allocator_settings_of(*snapshot)))) {
+      oomflight_set_metadata(("allocator_settings." + key).c_str(), value.c_str());
+    }
+    oomflight_set_metadata("allocator_settings.PYTORCH_CUDA_ALLOC_CONF", o.alloc_conf->c_str());
   }
   // The blocks and segments that predate the trace are recorded first, before batch 0 (batch -1), so that the
   // archive holds the whole allocator state and not only what the trace touched. They are flagged as predating the

@@ -32,8 +32,14 @@ const std::vector<TraceEntry>& trace_of(const TorchSnapshot& s, int device) {
 }
 }  // namespace
 
-SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device)
+SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device,
+                                 std::optional<AllocatorSettings> modelled)
     : trace_(trace_of(snapshot, device)), capacity_(capacity_bytes), device_(device) {
+  if (modelled && modelled->expandable_segments) {
+    throw std::invalid_argument(
+        "expandable_segments:True is not replayed on the simulated device yet (its pages are modelled by "
+        "`oomflight whatif --alloc-conf expandable_segments:True`)");
+  }
   // The snapshot's segments are the end state; undo the trace, newest first, to get the start state.
   const SnapshotStartState start = snapshot_start_state(snapshot, device);
   for (const auto& [addr, seg] : start.segments) segments_[addr] = Segment{seg.size, seg.stream, 0, 0, true};
@@ -58,6 +64,13 @@ SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t ca
     }
   }
   start_released_ = released;
+  if (modelled) {
+    // The model starts from the same state: what was released above is what its retry path gives back (segments
+    // with no live block), and a released segment is gone, not kept to be reserved again at its recorded place.
+    model_.emplace(start, trace_, *modelled, capacity_);
+    if (released != 0) (void)model_->empty_cache();
+    std::erase_if(segments_, [](const auto& s) { return !s.second.reserved; });
+  }
   start_reserved_ = peak_reserved_ = reserved_;
   start_allocated_ = peak_allocated_ = allocated_;
   start_segments_ = segments_;
@@ -178,7 +191,128 @@ std::optional<OutOfMemory> SimulatedDevice::reserve(std::uint64_t addr, std::uin
   return std::nullopt;
 }
 
+void SimulatedDevice::set_capacity(std::uint64_t capacity_bytes) {
+  capacity_ = capacity_bytes;
+  if (model_) model_->set_capacity(capacity_bytes);
+}
+
+void SimulatedDevice::apply(const std::vector<SegmentChange>& changes, std::int32_t stack_id, EventSink& sink) {
+  for (const SegmentChange& c : changes) {
+    if (c.action == Action::segment_alloc) {
+      segments_[c.address] = Segment{c.size, c.stream, 0, 0, true};
+      reserved_ += c.size;
+      peak_reserved_ = std::max(peak_reserved_, reserved_);
+      // PyTorch records a segment_alloc with the frames of the allocation that needed it.
+      sink.event(Action::segment_alloc, c.address, c.size, c.stream, stack_id);
+    } else {
+      segments_.erase(c.address);
+      reserved_ -= c.size;
+      sink.event(c.action, c.address, c.size, c.stream, kNoStack);
+    }
+  }
+}
+
+std::optional<OutOfMemory> SimulatedDevice::replay_modelled(EventSink& sink) {
+  std::vector<SegmentChange> changes;
+  for (std::size_t i = 0; i < trace_.size(); ++i) {
+    const TraceEntry& e = trace_[i];
+    if (pacer_ && e.time_us >= 0) pacer_(e.time_us);
+    switch (e.action) {
+      case Action::alloc:
+      case Action::oom: {
+        // An oom entry is the request the recorded allocator failed: asked again, it may fit as configured (and is
+        // then never freed: the program never had it).
+        changes.clear();
+        const ModelledAllocation a = model_->allocate(
+            e.size, e.stream, e.action == Action::alloc ? std::optional(e.addr) : std::nullopt, &changes);
+        apply(changes, e.stack_id, sink);
+        if (!a.address) {
+          return out_of_memory(Request{e.size, a.needed != 0 ? a.needed : e.size, e.stream, e.stack_id}, i, sink);
+        }
+        take_block(*a.address, e.size, e.stream, e.stack_id, a.block_size);
+        sink.event(Action::alloc, *a.address, e.size, e.stream, e.stack_id);
+        break;
+      }
+      case Action::free_requested:
+        if (const auto at = model_->address_of(e.addr)) {
+          if (auto it = blocks_.find(*at); it != blocks_.end()) it->second.pending_free = true;
+          sink.event(e.action, *at, e.size, e.stream, e.stack_id);
+        }
+        break;
+      case Action::free_completed:
+        if (const auto at = model_->free(e.addr)) {
+          drop_block(*at);
+          sink.event(e.action, *at, e.size, e.stream, e.stack_id);
+        } else {
+          ++anomalies_.free_of_unknown_block;
+        }
+        break;
+      case Action::segment_alloc:
+      case Action::segment_map:
+      case Action::segment_unmap:
+        break;  // the recorded allocator's decisions: the model makes its own
+      case Action::segment_free: {
+        const SegmentFreeBurst burst = segment_free_burst(trace_, i);
+        if (!burst.retry_path) {  // the program's empty_cache()
+          changes.clear();
+          (void)model_->empty_cache(&changes);
+          apply(changes, kNoStack, sink);
+        }
+        i = burst.end - 1;
+        break;
+      }
+      default:  // snapshot: recorded as it is
+        sink.event(e.action, e.addr, e.size, e.stream, e.stack_id);
+        break;
+    }
+    publish(sink);
+  }
+  return std::nullopt;
+}
+
+std::optional<OutOfMemory> SimulatedDevice::rewind_modelled(EventSink& sink) {
+  // The blocks the loop allocated are freed and the blocks that predate the trace are allocated again, through the
+  // model: its cache stays as the loop left it, as a real allocator's does from one step to the next.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> extra;  // (model's address, trace's)
+  for (const auto& [recorded, at] : model_->live()) {
+    const auto b = blocks_.find(at);
+    const auto s = start_blocks_.find(recorded);
+    if (b != blocks_.end() && (s == start_blocks_.end() || s->second.size != b->second.size)) {
+      extra.emplace_back(at, recorded);
+    }
+  }
+  std::sort(extra.begin(), extra.end());
+  for (const auto& [at, recorded] : extra) {
+    const Block b = blocks_.at(at);
+    sink.event(Action::free_requested, at, b.size, b.stream, b.stack_id);
+    (void)model_->free(recorded);
+    drop_block(at);
+    sink.event(Action::free_completed, at, b.size, b.stream, b.stack_id);
+  }
+  std::vector<SegmentChange> changes;
+  std::vector<std::uint64_t> missing;
+  for (const auto& [recorded, b] : start_blocks_) {
+    if (!model_->address_of(recorded)) missing.push_back(recorded);
+  }
+  std::sort(missing.begin(), missing.end());
+  for (const auto recorded : missing) {
+    const Block& b = start_blocks_.at(recorded);
+    changes.clear();
+    const ModelledAllocation a = model_->allocate(b.size, b.stream, recorded, &changes);
+    apply(changes, b.stack_id, sink);
+    if (!a.address) {
+      return out_of_memory(Request{b.size, a.needed != 0 ? a.needed : b.size, b.stream, b.stack_id}, trace_.size(),
+                           sink);
+    }
+    take_block(*a.address, b.size, b.stream, b.stack_id, a.block_size);
+    sink.event(Action::alloc, *a.address, b.size, b.stream, b.stack_id);
+  }
+  publish(sink);
+  return std::nullopt;
+}
+
 std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
+  if (model_) return replay_modelled(sink);
   for (std::size_t i = 0; i < trace_.size(); ++i) {
     const TraceEntry& e = trace_[i];
     if (pacer_ && e.time_us >= 0) pacer_(e.time_us);
@@ -241,6 +375,7 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
 }
 
 std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
+  if (model_) return rewind_modelled(sink);
   std::vector<std::uint64_t> extra;
   for (const auto& [addr, b] : blocks_) {
     auto s = start_blocks_.find(addr);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "oomflight/analysis/cache_figures.hpp"
@@ -42,6 +43,21 @@ struct AllocatorSettings {
 /// The settings a snapshot records (`allocator_settings`, PyTorch 2.1 on); torch's defaults for a snapshot without
 /// them. Throws SnapshotError naming a setting whose value does not read.
 OOMFLIGHT_API AllocatorSettings allocator_settings_of(const TorchSnapshot& snapshot);
+
+/// `settings` as a snapshot's `allocator_settings` gives them, key by key (max_split_size in bytes or -1,
+/// expandable_segments True or False, roundup_power2_divisions as its dict of the 16 intervals,
+/// garbage_collection_threshold): what allocator_settings_of() reads back. For a run that records the settings it
+/// ran under (`oomflight replay --alloc-conf`).
+OOMFLIGHT_API std::vector<std::pair<std::string, std::string>> allocator_settings_entries(
+    const AllocatorSettings& settings);
+
+/// A segment the model reserved or gave back, as a trace would record it (segment_alloc or segment_free). Bytes.
+struct SegmentChange {
+  Action action = Action::segment_alloc;
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+};
 
 /// The caching allocator's decisions for one device: pools of cached blocks per stream, best fit, splits and
 /// coalescing. Addresses and sizes in bytes.
@@ -84,13 +100,17 @@ class OOMFLIGHT_API AllocatorModel {
   /// `address`, inside a segment added first.
   bool restore_allocated(std::uint64_t address, std::uint64_t block_size);
 
+  /// The bytes of the block that starts at `address` (allocated or free), 0 when none does.
+  std::uint64_t block_size(std::uint64_t address) const;
+
   /// Whether a segment holds `address`.
   bool holds(std::uint64_t address) const;
 
   /// release_cached_blocks(): every segment that is one free block goes back to the driver (the retry path of a
   /// failed cudaMalloc, and empty_cache()), and every page of an expandable segment that lies wholly in a free
-  /// block is unmapped. Returns the bytes released. O(blocks).
-  std::uint64_t release_free_segments();
+  /// block is unmapped. Returns the bytes released; appends each segment given back to `released` (by address; not
+  /// the pages). O(blocks).
+  std::uint64_t release_free_segments(std::vector<SegmentChange>* released = nullptr);
 
   /// What expand() maps, or would: the address of the free block it leaves for the request, and the bytes of pages
   /// it maps for it.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace oomflight::sim {
@@ -27,6 +28,9 @@ struct ReplayOptions {
   int rank_memory_from_step = 0;
   bool pace = false;  ///< serve each trace entry at its time_us offset from the step's start (the trace's own timing)
   int device = -1;  ///< the trace's device to replay; -1: the only device with a non-empty trace (several: an error)
+  /// PYTORCH_CUDA_ALLOC_CONF options applied over the trace's own settings (parse_alloc_conf): the allocator's
+  /// decisions are then the model's (SimulatedDevice's `modelled`). Empty: the trace's decisions, as recorded.
+  std::optional<std::string> alloc_conf;
 };
 
 /// Exit codes of run_replay_job, as a training script's would be.

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "oomflight/analysis/allocator_replay.hpp"
 #include "oomflight/format/torch_snapshot.hpp"
 #include "oomflight/record/event.hpp"
 #include "oomflight/record/recorder.hpp"
@@ -54,7 +55,15 @@ class SimulatedDevice {
   /// segments (no live block) are released first, as PyTorch's allocator would before failing.
   /// Throws std::invalid_argument naming the sizes when the segments holding live blocks alone exceed
   /// `capacity_bytes`, or when the snapshot has no trace for `device`.
-  SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device = 0);
+  ///
+  /// With `modelled` (`oomflight replay --alloc-conf`), the allocator's decisions are the model's under those
+  /// settings (AllocatorReplay: where each block goes, which segments are reserved, what the retry path of a failed
+  /// cudaMalloc gives back), and the trace gives only what the program did: each allocation's size and stream, each
+  /// free, each empty_cache(). Without it, the trace's addresses and segments are taken as given. Throws
+  /// std::invalid_argument for expandable_segments:True in `modelled` (not replayed yet: `oomflight whatif` models
+  /// them).
+  SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t capacity_bytes, int device = 0,
+                  std::optional<AllocatorSettings> modelled = std::nullopt);
 
   /// Emits the start state into `sink`: a segment_alloc per segment reserved at the start, then an alloc per
   /// live block (by address, with its frames), then the figures. Call once, before the first replay(), so that
@@ -99,7 +108,9 @@ class SimulatedDevice {
   std::uint64_t capacity() const { return capacity_; }
   /// Changes the capacity from now on (bytes), as when another process takes memory on the GPU: segments already
   /// reserved stay; the next segment that does not fit releases the unused cached ones first, then fails.
-  void set_capacity(std::uint64_t capacity_bytes) { capacity_ = capacity_bytes; }
+  void set_capacity(std::uint64_t capacity_bytes);
+  /// Whether the allocator's decisions are the model's (`modelled` given).
+  bool modelled() const { return model_.has_value(); }
   /// Cached segments released at the start to fit the capacity (0 when the start state fitted as it was).
   std::uint64_t start_released_bytes() const { return start_released_; }
   /// Reserved and allocated bytes at the trace's start (after that release).
@@ -141,6 +152,10 @@ class SimulatedDevice {
   OutOfMemory out_of_memory(const Request& request, std::size_t index, EventSink& sink);
   Request request_for_segment(std::size_t index) const;
   void publish(EventSink& sink);
+  // The modelled allocator's (model_) replay and rewind, and its segment changes applied and emitted.
+  std::optional<OutOfMemory> replay_modelled(EventSink& sink);
+  std::optional<OutOfMemory> rewind_modelled(EventSink& sink);
+  void apply(const std::vector<SegmentChange>& changes, std::int32_t stack_id, EventSink& sink);
 
   const std::vector<TraceEntry>& trace_;
   std::uint64_t capacity_;
@@ -153,6 +168,7 @@ class SimulatedDevice {
   std::uint64_t start_reserved_ = 0, start_allocated_ = 0, start_released_ = 0;
   ReplayAnomalies anomalies_;
   std::function<void(std::int64_t)> pacer_;
+  std::optional<AllocatorReplay> model_;
 };
 
 }  // namespace oomflight::sim
