@@ -124,7 +124,8 @@ std::string verdict(const WhatIfOutcome& o, std::uint64_t capacity) {
                      format_bytes(o.failing_segment),
                      format_bytes(o.reserved_at_failure),
                      o.released_by_retries > 0
-                         ? fmt::format(" after the retry path released {}", format_bytes(o.released_by_retries))
+                         ? fmt::format(" after the retry path released {} in the replay",
+                                       format_bytes(o.released_by_retries))
                          : std::string());
 }
 

@@ -114,6 +114,44 @@ TEST(WhatIf, TheRetryPathReleasesWhollyFreeSegmentsToFit) {
   EXPECT_EQ(o.peak_reserved, 30 * MiB);
 }
 
+TEST(WhatIf, WithMaxSplitSizeTheRetryPathFirstReleasesTheOversizeBlockTheRequestNeeds) {
+  // max_split_size 256 MiB: 300 MiB and 400 MiB blocks, each a segment of its own (oversize: never split), and a
+  // 20 MiB segment, all freed; then 350 MiB within 800 MiB. No cached block serves it (the 400 MiB one is 20 MiB or
+  // more above it: get_free_block's limit), and a new segment would take 1070 MiB. torch's retry path first gives
+  // back the smallest oversize block of at least 350 MiB (release_available_cached_blocks), the 400 MiB one, and the
+  // segment then fits: the other two stay cached. Without max_split_size the 400 MiB block is split for it.
+  TorchSnapshot s;
+  s.device_traces = {{
+      entry(Action::segment_alloc, 0x100000000, 300 * MiB),
+      entry(Action::alloc, 0x100000000, 300 * MiB),
+      entry(Action::segment_alloc, 0x200000000, 400 * MiB),
+      entry(Action::alloc, 0x200000000, 400 * MiB),
+      entry(Action::segment_alloc, 0x300000000, 20 * MiB),
+      entry(Action::alloc, 0x300000000, 8 * MiB),
+      entry(Action::free_completed, 0x100000000, 300 * MiB),
+      entry(Action::free_completed, 0x200000000, 400 * MiB),
+      entry(Action::free_completed, 0x300000000, 8 * MiB),
+      entry(Action::alloc, 0x400000000, 350 * MiB),
+  }};
+  const WhatIfOutcome split = replay_what_if(s, 0, parse_alloc_conf("max_split_size_mb:256"), 800 * MiB);
+  EXPECT_TRUE(split.fits);
+  EXPECT_EQ(split.released_by_retries, 400 * MiB);
+  EXPECT_EQ(split.large.reserved, 670 * MiB);  // 300 + 20 cached, 350 new
+  EXPECT_EQ(split.peak_reserved, 720 * MiB);
+  const WhatIfOutcome unlimited = replay_what_if(s, 0, {}, 800 * MiB);
+  EXPECT_TRUE(unlimited.fits);
+  EXPECT_EQ(unlimited.released_by_retries, 0u);
+  EXPECT_EQ(unlimited.large.reserved, 720 * MiB);
+
+  // 450 MiB within 900 MiB: no oversize block is that large, so they go largest first until 450 MiB are back (the
+  // 400 MiB, then the 300 MiB one); the 20 MiB segment is not oversize and stays.
+  s.device_traces[0].back().size = 450 * MiB;
+  const WhatIfOutcome several = replay_what_if(s, 0, parse_alloc_conf("max_split_size_mb:256"), 900 * MiB);
+  EXPECT_TRUE(several.fits);
+  EXPECT_EQ(several.released_by_retries, 700 * MiB);
+  EXPECT_EQ(several.large.reserved, 470 * MiB);
+}
+
 TEST(WhatIf, AnOomEntryIsTheFailedRequestAskedAgain) {
   TorchSnapshot s = trace();
   s.device_traces[0].resize(4);  // up to the free: 20 MiB reserved, 4 MiB allocated

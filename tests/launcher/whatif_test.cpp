@@ -89,7 +89,7 @@ TEST(Whatif, TheRecordedSettingsFailWhereTorchDidAndALargerDeviceFitsWithTheDemo
   // The model's retry path releases the 10 MiB of free segments that torch's released (the trace's segment_free
   // entries before its oom entry, which the replay leaves to the model).
   EXPECT_NE(r.output.find("as recorded: does not fit: entry 2197, a request of 998.05 MiB needs a new segment of "
-                          "1000.00 MiB with 5.95 GiB reserved after the retry path released 10.00 MiB\n"),
+                          "1000.00 MiB with 5.95 GiB reserved after the retry path released 10.00 MiB in the replay\n"),
             std::string::npos)
       << r.output;
   // The failing request was made on autograd's thread: C++ frames only, the allocator's own left out.
@@ -113,12 +113,15 @@ TEST(Whatif, AnotherMaxSplitSizeIsReplayedBesideTheRecordedSettings) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("against 'max_split_size_mb:200', within 6.00 GiB"), std::string::npos) << r.output;
   // Oversize blocks are not split: less is left cached but unallocated at the peak, and the failing request finds
-  // the cache released by the retry path, still short.
+  // the retry path still short, with 5.39 GiB reserved. Over the replay the retry path gave back 1010.00 MiB: with
+  // max_split_size its first step gives back only the oversize cached blocks a request needs (torch's
+  // release_available_cached_blocks); before the model had that step it gave back every free segment each time,
+  // 1.96 GiB in all, and failed at the same place.
   EXPECT_EQ(table_row(r.output, "reserved but unallocated at peak allocated"),
             "reserved but unallocated at peak allocated 56.29 MiB 48.47 MiB")
       << r.output;
   EXPECT_NE(r.output.find("as configured: does not fit: entry 2197, a request of 998.05 MiB needs a new segment of "
-                          "1000.00 MiB with 5.39 GiB reserved after the retry path released 1.96 GiB"),
+                          "1000.00 MiB with 5.39 GiB reserved after the retry path released 1010.00 MiB in the replay"),
             std::string::npos)
       << r.output;
 }
@@ -135,7 +138,7 @@ TEST(Whatif, ExpandableSegmentsAreReplayedAndSaidToBeUnmeasured) {
       << r.output;
   EXPECT_NE(r.output.find("not yet measured against a trace recorded with them"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("as configured: does not fit: entry 2197, a request of 998.05 MiB needs pages of "
-                          "1000.00 MiB with 5.36 GiB reserved after the retry path released 608.00 MiB"),
+                          "1000.00 MiB with 5.36 GiB reserved after the retry path released 608.00 MiB in the replay"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("least headroom as configured: rank 0, short by 342.00 MiB"), std::string::npos)

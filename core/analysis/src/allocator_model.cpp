@@ -216,6 +216,44 @@ std::uint64_t AllocatorModel::block_size(std::uint64_t address) const {
   return b == blocks_.end() ? 0 : b->second.size;
 }
 
+bool AllocatorModel::release_available_cached_blocks(std::uint64_t rounded, std::uint64_t stream,
+                                                     std::uint64_t& released_bytes,
+                                                     std::vector<SegmentChange>* released) {
+  // torch 2.11, release_available_cached_blocks(): a no-op without max_split_size; the search key is the request,
+  // at least max_split_size, in the large pool's (stream, size, address) order.
+  if (settings_.max_split_size == UINT64_MAX) return false;
+  const std::uint64_t key = std::max(rounded, settings_.max_split_size);
+  const auto give_back = [&](std::uint64_t address) {
+    const auto seg = segments_.find(address);
+    const auto b = blocks_.find(address);
+    if (seg == segments_.end() || b == blocks_.end() || b->second.expandable || b->second.size != seg->second) {
+      return std::uint64_t{0};  // not a whole segment of its own (never, for an oversize block)
+    }
+    const std::uint64_t size = seg->second;
+    if (released) released->push_back(SegmentChange{Action::segment_free, address, size, b->second.stream});
+    (void)release_segment(address);
+    released_bytes += size;
+    return size;
+  };
+  auto it = free_large_.lower_bound(FreeKey{stream, key, 0});
+  if (it != free_large_.end() && it->first.stream == stream) {
+    (void)give_back(it->second);
+    return true;
+  }
+  // No one block is large enough: the oversize ones, from the largest of this stream down, until as many bytes.
+  if (it == free_large_.begin()) return false;
+  --it;
+  std::uint64_t total = 0;
+  while (total < key && it->first.stream == stream && it->first.size >= settings_.max_split_size) {
+    const auto cur = it;
+    const bool first = cur == free_large_.begin();
+    if (!first) --it;
+    total += give_back(cur->second);  // erases cur from the pool; `it` stays valid
+    if (first) break;
+  }
+  return total >= key;
+}
+
 std::uint64_t AllocatorModel::release_free_segments(std::vector<SegmentChange>* released_segments) {
   std::uint64_t released = 0;
   for (auto seg = segments_.begin(); seg != segments_.end();) {

@@ -68,8 +68,14 @@ ModelledAllocation AllocatorReplay::allocate(std::uint64_t size, std::uint64_t s
     if (!at) at = x.address;
   } else if (!at) {
     const std::uint64_t need = AllocatorModel::segment_size(rounded);
-    if (capacity_ != 0 && model_.reserved_bytes() + need > capacity_) out.released += release(changes);
-    if (capacity_ != 0 && model_.reserved_bytes() + need > capacity_) {
+    const auto too_much = [&] { return capacity_ != 0 && model_.reserved_bytes() + need > capacity_; };
+    // The retry path (malloc): the oversize cached blocks the request needs (with max_split_size), then all that are
+    // wholly free (release_cached_blocks) unless the first step said it released enough and the segment then fits.
+    if (too_much()) {
+      const bool enough = model_.release_available_cached_blocks(rounded, stream, out.released, changes) && !too_much();
+      if (!enough) out.released += release(changes);
+    }
+    if (too_much()) {
       out.needed = need;
       return out;
     }

@@ -112,6 +112,16 @@ class OOMFLIGHT_API AllocatorModel {
   /// the pages). O(blocks).
   std::uint64_t release_free_segments(std::vector<SegmentChange>* released = nullptr);
 
+  /// release_available_cached_blocks(): the first step of the retry path of a failed cudaMalloc, with
+  /// max_split_size (without it, it does nothing and says so). Of the large pool's free blocks on `stream`, the
+  /// smallest oversize one (at or above max_split_size) of at least `rounded` bytes (or max_split_size, when that is
+  /// more) goes back to the driver; where none is that large, the oversize ones do, largest first, until as many bytes
+  /// are back (and those released stay released even when they fall short). An oversize block is a whole segment
+  /// (such blocks are never split). Returns whether it released enough; adds the bytes to `released_bytes` and each
+  /// segment to `released`. Blocks of expandable segments are not released here.
+  bool release_available_cached_blocks(std::uint64_t rounded, std::uint64_t stream, std::uint64_t& released_bytes,
+                                       std::vector<SegmentChange>* released = nullptr);
+
   /// What expand() maps, or would: the address of the free block it leaves for the request, and the bytes of pages
   /// it maps for it.
   struct Expansion {
