@@ -24,6 +24,7 @@ struct ReplayFlags {
   int device = -1;
   bool pace = false;
   std::optional<std::string> alloc_conf;
+  std::vector<std::string> rank_leak;
 };
 
 // Turns the flags into the job's options. Throws std::invalid_argument naming the flag and the value.
@@ -72,6 +73,8 @@ sim::ReplayOptions to_options(const ReplayFlags& f) {
            [](const std::string& v) { return parse_bytes(v); }, o.rank_device_memory_bytes);
   per_rank(f.rank_delay, "--rank-delay", "RANK=DURATION", "3=1s", [](const std::string& v) { return parse_duration(v); },
            o.rank_delay);
+  per_rank(f.rank_leak, "--rank-leak", "RANK=SIZE", "1=256MiB", [](const std::string& v) { return parse_bytes(v); },
+           o.rank_leak_bytes);
   return o;
 }
 
@@ -98,6 +101,10 @@ Command add_replay(CLI::App& app) {
   sub->add_option("--device", f->device,
                   "The trace's device to replay (default: the only device with a trace; several need this flag)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--rank-leak", f->rank_leak,
+                  "A rank that keeps memory step after step: RANK=SIZE (repeatable), e.g. 1=256MiB: after each step "
+                  "that rank holds SIZE more, from a call site of its own (as a list that grows, or a history never "
+                  "cleared), until it runs out of memory");
   sub->add_option("--alloc-conf", f->alloc_conf,
                   "Allocator settings to replay under, as PYTORCH_CUDA_ALLOC_CONF gives them (e.g. "
                   "max_split_size_mb:256,roundup_power2_divisions:4), over those the trace records: the allocator's "

@@ -76,6 +76,8 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
   for (const auto& [addr, l] : live) s.live_bytes_in_history += l.size;
   s.live_count = live.size();
   if (origin && row.is_origin) s.cache = cache_figures(a.state_segments_of(row.rank), a.state_blocks_of(row.rank));
+  s.peak_reserved_trend = peak_reserved_trend(a.batches_of(row.rank), s.limit_bytes);
+  s.growing = growing_call_sites(a, row, top);
   if (origin) {
     s.largest.reserve(live.size());
     for (const auto& [addr, l] : live) s.largest.push_back(l);

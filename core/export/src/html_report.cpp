@@ -22,6 +22,7 @@
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
 #include "oomflight/export/user_frames.hpp"
+#include "oomflight/export/growth_lines.hpp"
 #include "oomflight/export/what_if_line.hpp"
 
 namespace oomflight {
@@ -646,6 +647,46 @@ std::string batches_section(const Archive& a, const PostMortem& pm) {
   return out;
 }
 
+// Each rank's trend of peak reserved and the call sites that grow (issue 42, items 2 and 3), in the text report's
+// words (growth_lines.hpp). Empty when no rank has 3 ended batches.
+std::string growth_section(const Archive& a, const PostMortem& pm, std::size_t frames) {
+  std::string trends, sites;
+  for (const auto& s : pm.ranks) {
+    if (const std::string t = peak_trend_text(s); !t.empty()) {
+      put(trends, "<tr{}><td>{}</td><td class=\"l\">{}</td></tr>\n", s.row.is_origin ? " class=\"origin\"" : "",
+          s.row.rank, html(t));
+    }
+    for (const GrowingSite& g : s.growing) {
+      put(sites, "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">", s.row.rank,
+          html(growing_site_text(g)));
+      const auto shown = frames_to_show(a, g.stack_id, frames);
+      if (shown.empty()) {
+        put(sites, "<span class=\"note\">{}</span>",
+            g.stack_id == kNoStack || a.stack(g.stack_id).empty() ? "no stack recorded"
+                                                                  : "only the allocator's own frames recorded");
+      } else {
+        sites += "<ol class=\"frames\">";
+        for (const FrameRow* f : shown) put(sites, "<li>{}</li>", frame_html(a, *f, 160));
+        sites += "</ol>";
+      }
+      sites += "</td></tr>\n";
+    }
+  }
+  if (trends.empty()) return {};
+  std::string out = "<section id=\"growth\"><h2>Trends</h2>\n<p class=\"note\">Each rank's per-batch peak "
+                    "reserved, a least-squares line over its last ended batches (at most 64), and where that line "
+                    "meets its limit.</p>\n<table><tr><th>rank</th><th class=\"l\">peak reserved</th></tr>\n" +
+                    trends + "</table>\n";
+  if (sites.empty()) {
+    out += "<p>No call site's live bytes grew batch after batch.</p>\n";
+  } else {
+    out += "<h3>Call sites whose live bytes grew batch after batch</h3>\n<p class=\"note\">Never fell, and rose in at "
+           "least two of three batches.</p>\n<table><tr><th>rank</th><th class=\"l\">growth</th><th class=\"l\">"
+           "where (innermost first)</th></tr>\n" + sites + "</table>\n";
+  }
+  return out + "</section>\n";
+}
+
 std::string call_sites_section(const Archive& a, const RankSummary& s, std::size_t frames) {
   std::string out;
   put(out, "<section class=\"call-sites\"><h2>Live memory on rank {} by call site</h2>\n<p>{} live blocks, {} in "
@@ -1009,6 +1050,7 @@ std::string render_html_report(const Archive& a, const PostMortem& pm, std::size
   out += collectives_section(a, g, views);
   out += ranks_section(a, pm);
   out += batches_section(a, pm);
+  out += growth_section(a, pm, frames);
   for (const auto& s : pm.ranks) {
     if (s.row.is_origin) out += call_sites_section(a, s, frames);
   }

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "oomflight/analysis/collectives.hpp"
+#include "oomflight/export/growth_lines.hpp"
 #include "oomflight/base/printable.hpp"
 #include "oomflight/base/units.hpp"
 #include "oomflight/export/rank_context.hpp"
@@ -167,6 +168,45 @@ std::string collectives_text(const Archive& a) {
   return out;
 }
 
+// The frames of a stack as the report prints them, one per line after `indent`.
+std::string frame_lines(const Archive& a, std::int32_t stack_id, std::size_t frames, std::string_view indent) {
+  std::string out;
+  for (const auto* f : frames_to_show(a, stack_id, frames)) {
+    // C++ frames spell out their template arguments: keep a line readable.
+    const auto function = a.string(f->function);
+    out += fmt::format("{}{}{} ({}:{})\n", indent, printable(function.substr(0, 120)),
+                       function.size() > 120 ? "..." : "", printable(a.string(f->file)), f->line);
+  }
+  return out;
+}
+
+// Each rank's trend of its per-batch peak reserved bytes, and when it reaches the rank's limit at that rate (issue
+// 42, item 2). Empty when no rank has 3 ended batches.
+std::string trends_text(const PostMortem& pm) {
+  std::string out;
+  for (const auto& s : pm.ranks) {
+    if (const std::string t = peak_trend_text(s); !t.empty()) out += fmt::format("  rank {}: {}\n", s.row.rank, t);
+  }
+  return out.empty() ? out
+                     : "trend of each rank's peak reserved (least squares over its last ended batches, at most 64):\n" +
+                           out;
+}
+
+// The call sites whose live bytes grew batch after batch (issue 42, item 3). Empty when none does.
+std::string growing_text(const Archive& a, const PostMortem& pm, std::size_t frames) {
+  std::string out;
+  for (const auto& s : pm.ranks) {
+    for (const GrowingSite& g : s.growing) {
+      out += fmt::format("  rank {}: {}{}\n", s.row.rank, growing_site_text(g),
+                         g.stack_id == kNoStack || a.stack(g.stack_id).empty() ? " (no stack recorded)" : "");
+      out += frame_lines(a, g.stack_id, frames, "        ");
+    }
+  }
+  return out.empty() ? out
+                     : "call sites whose live bytes grew batch after batch (never fell, rose in at least two of three "
+                       "batches):\n" + out;
+}
+
 std::string ranks_text(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
 }
@@ -234,6 +274,14 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
     line("");
     out += peaks;
   }
+  if (const std::string trends = trends_text(pm); !trends.empty()) {
+    line("");
+    out += trends;
+  }
+  if (const std::string growing = growing_text(a, pm, frames); !growing.empty()) {
+    line("");
+    out += growing;
+  }
   if (const std::string collectives = collectives_text(a); !collectives.empty()) {
     line("");
     out += collectives;
@@ -278,12 +326,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                               : shown.empty() ? " (only the allocator's own frames recorded)"
                                               : "";
       line(fmt::format("  {:>2}. {}{}{}", i + 1, what, before, no_frames));
-      for (const auto* f : shown) {
-        // C++ frames spell out their template arguments: keep a line readable.
-        const auto function = a.string(f->function);
-        line(fmt::format("        {}{} ({}:{})", printable(function.substr(0, 120)), function.size() > 120 ? "..." : "",
-                         printable(a.string(f->file)), f->line));
-      }
+      out += frame_lines(a, c.stack_id, frames, "        ");
     }
   }
   for (const auto& s : pm.ranks) {

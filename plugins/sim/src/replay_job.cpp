@@ -112,7 +112,8 @@ class Pacer {
 
 // Loops the trace; returns the failure if the device ran out of memory.
 std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, int steps, bool mpi, Pacer* pacer,
-                                     int capacity_step, std::uint64_t capacity_then, std::chrono::milliseconds delay) {
+                                     int capacity_step, std::uint64_t capacity_then, std::chrono::milliseconds delay,
+                                     std::uint64_t leak, std::int32_t leak_stack) {
   for (int step = 0; step < steps; ++step) {
     oomflight_mark_batch(step);
     if (delay.count() > 0) std::this_thread::sleep_for(delay);  // a straggler's slow input pipeline
@@ -120,6 +121,7 @@ std::optional<OutOfMemory> run_steps(SimulatedDevice& device, EventSink& sink, i
     if (step == capacity_step && capacity_step > 0) device.set_capacity(capacity_then);
     std::optional<OutOfMemory> oom = step > 0 ? device.rewind(sink) : std::nullopt;
     if (!oom) oom = device.replay(sink);
+    if (!oom && leak != 0) oom = device.hold(leak, leak_stack, sink);  // what this rank keeps of the step
     if (oom) return oom;
     if (mpi) {  // the gradient all-reduce: a rank that failed never arrives, so the others block here
       double grad = 1.0, sum = 0.0;
@@ -166,9 +168,15 @@ int run_replay_job(const ReplayOptions& o) {
   std::optional<SimulatedDevice> device;
   std::optional<CApiSink> sink;
   int device_id = o.device;
+  std::int32_t leak_stack = kNoStack;
   try {
     StackTable stacks;
     snapshot.emplace(read_torch_snapshot(o.trace, stacks));
+    if (o.rank_leak_bytes.contains(rank)) {
+      // The call site the leak's blocks are allocated from, as a Python frame would name it.
+      const FrameRef frames[] = {{"keep_activations_for_logging", "oomflight replay --rank-leak", 1}};
+      leak_stack = stacks.intern(frames);
+    }
     device_id = choose_device(*snapshot, o.device, o.trace);
     std::optional<AllocatorSettings> modelled;
     if (o.alloc_conf) modelled = parse_alloc_conf(*o.alloc_conf, allocator_settings_of(*snapshot));
@@ -207,7 +215,8 @@ int run_replay_job(const ReplayOptions& o) {
   if (o.pace) device->set_pacer([&pacer](std::int64_t time_us) { pacer(time_us); });
   const auto oom =
       run_steps(*device, *sink, o.steps, mpi, o.pace ? &pacer : nullptr, o.rank_memory_from_step, rank_capacity,
-                o.rank_delay.contains(rank) ? o.rank_delay.at(rank) : std::chrono::milliseconds(0));
+                o.rank_delay.contains(rank) ? o.rank_delay.at(rank) : std::chrono::milliseconds(0),
+                o.rank_leak_bytes.contains(rank) ? o.rank_leak_bytes.at(rank) : 0, leak_stack);
   if (oom) {
     if (oomflight_is_oom("torch.OutOfMemoryError", oom->message.c_str())) {
       // The simulated allocator already recorded its oom event; ask for the dump with PyTorch's figures.

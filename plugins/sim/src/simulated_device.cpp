@@ -277,7 +277,8 @@ std::optional<OutOfMemory> SimulatedDevice::rewind_modelled(EventSink& sink) {
   for (const auto& [recorded, at] : model_->live()) {
     const auto b = blocks_.find(at);
     const auto s = start_blocks_.find(recorded);
-    if (b != blocks_.end() && (s == start_blocks_.end() || s->second.size != b->second.size)) {
+    if (b != blocks_.end() && (s == start_blocks_.end() || s->second.size != b->second.size) &&
+        !held_.contains(recorded)) {
       extra.emplace_back(at, recorded);
     }
   }
@@ -374,12 +375,50 @@ std::optional<OutOfMemory> SimulatedDevice::replay(EventSink& sink) {
   return std::nullopt;
 }
 
+std::optional<OutOfMemory> SimulatedDevice::hold(std::uint64_t size, std::int32_t stack_id, EventSink& sink) {
+  constexpr std::uint64_t k2MiB = 2ull << 20;
+  if (next_held_ == 0) {
+    // Above every address the trace and the state hold, 1 GiB clear of them, on a 2 MiB boundary (with the model,
+    // a key it never sees as an address: 2^62 and up).
+    std::uint64_t top = 0;
+    for (const auto& [addr, seg] : segments_) top = std::max(top, addr + seg.size);
+    for (const TraceEntry& e : trace_) {
+      if (e.action != Action::oom && e.addr < (1ull << 60) && e.size < (1ull << 44)) {
+        top = std::max(top, e.addr + e.size);
+      }
+    }
+    const std::uint64_t above = std::min<std::uint64_t>(top, 1ull << 60) + (1ull << 30);
+    next_held_ = model_ ? (1ull << 62) : (above + k2MiB - 1) / k2MiB * k2MiB;
+  }
+  const std::uint64_t key = next_held_;
+  if (model_) {
+    std::vector<SegmentChange> changes;
+    const ModelledAllocation a = model_->allocate(size, 0, key, &changes);
+    apply(changes, stack_id, sink);
+    if (!a.address) {
+      return out_of_memory(Request{size, a.needed != 0 ? a.needed : size, 0, stack_id}, trace_.size(), sink);
+    }
+    ++next_held_;
+    take_block(*a.address, size, 0, stack_id, a.block_size);
+    sink.event(Action::alloc, *a.address, size, 0, stack_id);
+  } else {
+    const std::uint64_t segment = (std::max<std::uint64_t>(size, 1) + k2MiB - 1) / k2MiB * k2MiB;
+    if (auto oom = reserve(key, segment, 0, Request{size, segment, 0, stack_id}, trace_.size(), sink)) return oom;
+    next_held_ += segment;
+    take_block(key, size, 0, stack_id);
+    sink.event(Action::alloc, key, size, 0, stack_id);
+  }
+  held_.insert(key);
+  publish(sink);
+  return std::nullopt;
+}
+
 std::optional<OutOfMemory> SimulatedDevice::rewind(EventSink& sink) {
   if (model_) return rewind_modelled(sink);
   std::vector<std::uint64_t> extra;
   for (const auto& [addr, b] : blocks_) {
     auto s = start_blocks_.find(addr);
-    if (s == start_blocks_.end() || s->second.size != b.size) extra.push_back(addr);
+    if ((s == start_blocks_.end() || s->second.size != b.size) && !held_.contains(addr)) extra.push_back(addr);
   }
   std::sort(extra.begin(), extra.end());
   for (auto addr : extra) {

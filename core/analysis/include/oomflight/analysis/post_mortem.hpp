@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "oomflight/analysis/cache_figures.hpp"
+#include "oomflight/analysis/growth.hpp"
 #include "oomflight/api.h"
 #include "oomflight/format/archive_reader.hpp"
 
@@ -67,6 +68,11 @@ struct RankSummary {
   /// archive holds no allocator state for the rank.
   std::optional<CacheFigures> cache;
   std::uint64_t action_counts[kActionCount] = {};
+  /// The trend of its per-batch peak reserved bytes over its last 64 ended batches, against limit_bytes (growth.hpp);
+  /// nullopt with fewer than 3.
+  std::optional<Trend> peak_reserved_trend;
+  /// The call sites whose live bytes grew batch after batch in its history, fastest first, at most `top`.
+  std::vector<GrowingSite> growing;
 };
 
 /// The whole post-mortem.

@@ -23,6 +23,9 @@ struct ReplayOptions {
   /// others finish the step first and wait for it in the all-reduce.
   std::map<int, std::chrono::milliseconds> rank_delay;
   int steps = 1;                                         ///< loops of the trace, one batch each (>= 1)
+  /// A leak: a rank here holds this many bytes more after each step, from a call site of its own
+  /// (SimulatedDevice::hold), so that it runs out of memory after a number of steps.
+  std::map<int, std::uint64_t> rank_leak_bytes;
   /// The step from which rank_device_memory_bytes apply; before it every rank has device_memory_bytes (0: from the
   /// start). A rank then runs out of memory later in the job, after snapshots and batches of its own.
   int rank_memory_from_step = 0;

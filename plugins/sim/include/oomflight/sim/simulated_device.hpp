@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +77,12 @@ class SimulatedDevice {
   /// the capacity even after releasing every unused cached segment, emits an `oom` event (size = the requested
   /// allocation, addr = device free bytes, as PyTorch's trace does) and returns the failure.
   std::optional<OutOfMemory> replay(EventSink& sink);
+
+  /// A block of `size` bytes that the job keeps from now on (a leak: `oomflight replay --rank-leak`), with the frames
+  /// of `stack_id`: rewind() does not free it. It gets a segment of its own (its size rounded up to 2 MiB, above every
+  /// address the trace holds), or, with `modelled`, whatever the model gives it. Emits its segment_alloc and alloc;
+  /// returns the failure when it does not fit (after releasing the unused cached segments, as any allocation).
+  std::optional<OutOfMemory> hold(std::uint64_t size, std::int32_t stack_id, EventSink& sink);
 
   /// Brings the model back to the trace's starting state, emitting the frees, allocs and segment events that
   /// takes, so that the next replay() starts where the trace started (one loop = one training step).
@@ -169,6 +176,10 @@ class SimulatedDevice {
   ReplayAnomalies anomalies_;
   std::function<void(std::int64_t)> pacer_;
   std::optional<AllocatorReplay> model_;
+  // hold(): the blocks kept (by address; with model_, by the key the model knows them by), and the next segment's
+  // address (or key).
+  std::set<std::uint64_t> held_;
+  std::uint64_t next_held_ = 0;
 };
 
 }  // namespace oomflight::sim

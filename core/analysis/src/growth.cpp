@@ -1,0 +1,145 @@
+#include "oomflight/analysis/growth.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace oomflight {
+namespace {
+
+constexpr double kHorizonBatches = 100'000;
+
+}  // namespace
+
+std::optional<Trend> fit_trend(std::span<const std::int64_t> batches, std::span<const double> values,
+                               std::uint64_t limit) {
+  const std::size_t n = std::min(batches.size(), values.size());
+  if (n < 3) return std::nullopt;
+  // Centred on the means: the sums stay small enough for doubles whatever the batch numbers.
+  double mean_x = 0, mean_y = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    mean_x += static_cast<double>(batches[i] - batches[0]);
+    mean_y += values[i];
+  }
+  mean_x /= static_cast<double>(n);
+  mean_y /= static_cast<double>(n);
+  double sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double dx = static_cast<double>(batches[i] - batches[0]) - mean_x;
+    sxx += dx * dx;
+    sxy += dx * (values[i] - mean_y);
+  }
+  Trend t;
+  t.first_batch = batches[0];
+  t.last_batch = batches[n - 1];
+  t.points = n;
+  t.slope = sxx > 0 ? sxy / sxx : 0;
+  double squares = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double fitted = mean_y + t.slope * (static_cast<double>(batches[i] - batches[0]) - mean_x);
+    squares += (values[i] - fitted) * (values[i] - fitted);
+  }
+  t.residual = std::sqrt(squares / static_cast<double>(n));
+  const double span = static_cast<double>(t.last_batch - t.first_batch);
+  t.rising = std::isfinite(t.slope) && t.slope > 0 && t.slope * span > 2 * t.residual;
+  if (t.rising && limit != 0) {
+    // Where the line stands at the last batch, and how many batches more it takes to reach the limit.
+    const double at_last = mean_y + t.slope * (span - mean_x);
+    const double more = (static_cast<double>(limit) - at_last) / t.slope;
+    if (std::isfinite(more) && more <= kHorizonBatches) {
+      t.reaches_limit_at = t.last_batch + static_cast<std::int64_t>(std::ceil(std::max(0.0, more)));
+    }
+  }
+  return t;
+}
+
+std::optional<Trend> peak_reserved_trend(std::span<const BatchRow> batches, std::uint64_t limit,
+                                         std::size_t window) {
+  std::vector<const BatchRow*> ended;
+  for (const BatchRow& b : batches) {
+    if (b.end_t_ns != 0) ended.push_back(&b);
+  }
+  std::stable_sort(ended.begin(), ended.end(),
+                   [](const BatchRow* x, const BatchRow* y) { return x->batch < y->batch; });
+  // A damaged file may repeat a batch: the first row of each counts.
+  ended.erase(std::unique(ended.begin(), ended.end(),
+                          [](const BatchRow* x, const BatchRow* y) { return x->batch == y->batch; }),
+              ended.end());
+  if (ended.size() > window) ended.erase(ended.begin(), ended.end() - static_cast<std::ptrdiff_t>(window));
+  std::vector<std::int64_t> x;
+  std::vector<double> y;
+  for (const BatchRow* b : ended) {
+    x.push_back(b->batch);
+    y.push_back(static_cast<double>(b->peak_reserved_bytes));
+  }
+  return fit_trend(x, y, limit);
+}
+
+std::vector<GrowingSite> growing_call_sites(const Archive& archive, const RankRow& row, std::size_t top,
+                                            std::size_t window) {
+  // One pass: the history falls into runs of one batch each; a run is whole when a later batch's event follows it.
+  // Each call site logs its live bytes at the end of each run in which they changed, so the series of a site that
+  // changes rarely costs little, and a history of many batches and many sites stays near-linear.
+  struct Change {
+    std::size_t run;
+    std::int64_t bytes;
+  };
+  std::unordered_map<std::int32_t, std::vector<Change>> log;
+  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;  // address -> size, stack
+  std::vector<std::int64_t> run_batch;  // the batch of each run
+  const auto change = [&](std::int32_t stack, std::int64_t delta) {
+    auto& changes = log[stack];
+    const std::size_t run = run_batch.size() - 1;
+    if (changes.empty() || changes.back().run != run) {
+      changes.push_back(Change{run, changes.empty() ? 0 : changes.back().bytes});
+    }
+    changes.back().bytes += delta;
+  };
+  for (const Event& e : archive.events_of(row)) {
+    if (e.action != Action::alloc && e.action != Action::free_completed) continue;
+    if (run_batch.empty() || e.batch > run_batch.back()) run_batch.push_back(e.batch);
+    if (e.action == Action::alloc) {
+      if (e.size > (1ull << 50)) continue;  // a damaged file's size: not a call site's bytes
+      live[e.addr] = {e.size, e.stack_id};
+      change(e.stack_id, static_cast<std::int64_t>(e.size));
+    } else if (const auto it = live.find(e.addr); it != live.end()) {
+      change(it->second.second, -static_cast<std::int64_t>(it->second.first));
+      live.erase(it);
+    }
+  }
+  if (run_batch.size() < 4) return {};  // at least 3 whole runs: the last one is still open at the freeze
+  const std::size_t whole = run_batch.size() - 1;
+  const std::size_t first = whole > window ? whole - window : 0;
+  std::vector<std::int64_t> batches(run_batch.begin() + static_cast<std::ptrdiff_t>(first),
+                                    run_batch.begin() + static_cast<std::ptrdiff_t>(whole));
+  std::vector<GrowingSite> out;
+  std::vector<double> series;
+  for (const auto& [stack, changes] : log) {
+    // The site's live bytes at the end of each whole run of the window: its last change at or before that run.
+    series.assign(batches.size(), 0);
+    std::size_t c = 0;
+    std::int64_t bytes = 0;
+    for (std::size_t r = first; r < whole; ++r) {
+      while (c < changes.size() && changes[c].run <= r) bytes = changes[c++].bytes;
+      series[r - first] = static_cast<double>(bytes);
+    }
+    std::size_t rises = 0;
+    bool fell = false;
+    for (std::size_t i = 1; i < series.size(); ++i) {
+      if (series[i] > series[i - 1]) ++rises;
+      if (series[i] < series[i - 1]) fell = true;
+    }
+    if (fell || 3 * rises < 2 * (series.size() - 1)) continue;
+    const std::optional<Trend> t = fit_trend(batches, series, 0);
+    if (!t || !t->rising) continue;
+    out.push_back(GrowingSite{stack, *t, static_cast<std::uint64_t>(std::max(0.0, series.front())),
+                              static_cast<std::uint64_t>(std::max(0.0, series.back()))});
+  }
+  std::sort(out.begin(), out.end(), [](const GrowingSite& x, const GrowingSite& y) {
+    return x.trend.slope != y.trend.slope ? x.trend.slope > y.trend.slope : x.stack_id < y.stack_id;
+  });
+  if (out.size() > top) out.resize(top);
+  return out;
+}
+
+}  // namespace oomflight
