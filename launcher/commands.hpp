@@ -35,6 +35,7 @@ Command add_import(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_config(CLI::App& app);
 Command add_whatif(CLI::App& app);
+Command add_diff(CLI::App& app);
 
 /// Prints an error in oomflight's log format ("oomflight error: ...") through the C API.
 void print_error(std::string_view message);

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("oomflight ") + oomflight_version());
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_replay(app), add_report(app), add_export(app), add_import(app), add_merge(app), add_run(app),
-                                          add_config(app), add_whatif(app)};
+                                          add_config(app), add_whatif(app), add_diff(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

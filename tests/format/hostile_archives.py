@@ -237,13 +237,15 @@ def main():
                 out.write(damaged)
             r = report(path)
             if r.returncode == 0:
-                # Read as an archive: every other reader of it must survive it too (the page, the exports, whatif).
+                # Read as an archive: every other reader of it must survive it too (the page, the exports, whatif,
+                # diff against the undamaged file).
                 for extra in (["report", path, "--html", os.path.join(work, "flip.html")],
                               ["export", path, "--format", "memory_viz", "-o", os.path.join(work, "flip-mv")],
                               ["export", path, "--format", "perfetto", "-o", os.path.join(work, "flip.json")],
                               ["export", path, "--format", "folded", "-o", os.path.join(work, "flip.folded")],
                               ["whatif", path, "--fidelity"],
-                              ["whatif", path, "--alloc-conf", "max_split_size_mb:64", "--device-memory", "1GiB"]):
+                              ["whatif", path, "--alloc-conf", "max_split_size_mb:64", "--device-memory", "1GiB"],
+                              ["diff", SOURCE, path]):
                     x = subprocess.run([CLI, *extra], capture_output=True, text=True, errors="replace", timeout=60)
                     if x.returncode != 0 or "bad_alloc" in x.stderr:
                         r = x

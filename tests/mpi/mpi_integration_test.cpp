@@ -167,6 +167,29 @@ TEST(MpiReplay, NoOutOfMemoryNoArchive) {
   EXPECT_TRUE(files_with_suffix(dir.path(), ".h5").empty());
 }
 
+TEST(MpiReplay, DiffOfTwoSnapshotWindowsNamesTheCallSiteThatGrewAndItsRank) {
+  // Three ranks, rank 1 keeping 256 MiB a step, windows at batches 1, 3 and 5 (issue 42, item 3): from the first
+  // window to the last, one call site changed, by 1 GiB, all of it on rank 1; the median rank's change is none.
+  TempDir dir;
+  const auto r = run_command(
+      fmt::format("{} -x OOMFLIGHT_RUN_NAME=leak -x OOMFLIGHT_SKIP_BATCHES=1 -x OOMFLIGHT_INTERVAL=1ba "
+                  "-x OOMFLIGHT_SNAPSHOT_EVERY=2ba {} replay {} --device-memory 16GiB --steps 6 --rank-leak 1=256MiB",
+                  test::mpirun(3), OOMFLIGHT_CLI, step()),
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto files = files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(files.size(), 3u) << r.output;  // snapshot.1, .3, .5, sorted
+  const auto d = run_command(fmt::format("{} diff {} {}", OOMFLIGHT_CLI, files[0].string(), files[2].string()),
+                             dir.path());
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("ranks compared: 0,1,2\n"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("1 call site's live bytes changed:\n"
+                          "   1. +1.00 GiB (512.00 MiB -> 1.50 GiB); most on rank 1 (+1.00 GiB), the median rank +0 B\n"
+                          "        keep_activations_for_logging (oomflight replay --rank-leak:1)\n"),
+            std::string::npos)
+      << d.output;
+}
+
 TEST(MpiReplay, WithoutMpirunASingleProcessWritesAnArchive) {
   TempDir dir;
   const auto r = run_command(

@@ -1,6 +1,8 @@
 // Post-mortem analysis: per-rank summaries, the live allocations of each origin, which origin failed first.
 #include "oomflight/analysis/post_mortem.hpp"
 
+#include "oomflight/analysis/archive_diff.hpp"
+
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -20,18 +22,7 @@ std::int64_t to_utc(const RankRow& row, std::int64_t t_ns) {
 }
 
 // A call site's identity across ranks: its frames' text (each rank interns its own stack ids and strings).
-std::string site_key(const Archive& a, std::int32_t stack_id) {
-  std::string key;
-  for (const FrameRow* f : a.stack(stack_id)) {
-    key += a.string(f->function);
-    key += '\x1f';
-    key += a.string(f->file);
-    key += '\x1f';
-    key += std::to_string(f->line);
-    key += '\x1e';
-  }
-  return key;
-}
+std::string site_key(const Archive& a, std::int32_t stack_id) { return call_site_key(a, stack_id); }
 
 // The blocks of a rank's history still live at its freeze: allocated in it and not freed (free_completed), at their
 // recorded size. The one walk every live figure of the post-mortem comes from.

@@ -168,17 +168,6 @@ std::string collectives_text(const Archive& a) {
   return out;
 }
 
-// The frames of a stack as the report prints them, one per line after `indent`.
-std::string frame_lines(const Archive& a, std::int32_t stack_id, std::size_t frames, std::string_view indent) {
-  std::string out;
-  for (const auto* f : frames_to_show(a, stack_id, frames)) {
-    // C++ frames spell out their template arguments: keep a line readable.
-    const auto function = a.string(f->function);
-    out += fmt::format("{}{}{} ({}:{})\n", indent, printable(function.substr(0, 120)),
-                       function.size() > 120 ? "..." : "", printable(a.string(f->file)), f->line);
-  }
-  return out;
-}
 
 // Each rank's trend of its per-batch peak reserved bytes, and when it reaches the rank's limit at that rate (issue
 // 42, item 2). Empty when no rank has 3 ended batches.

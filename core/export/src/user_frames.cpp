@@ -1,6 +1,10 @@
 // The frames worth showing: see user_frames.hpp.
 #include "oomflight/export/user_frames.hpp"
 
+#include <fmt/format.h>
+
+#include "oomflight/base/printable.hpp"
+
 namespace oomflight {
 
 bool allocator_frame(std::string_view function, std::string_view file) {
@@ -48,6 +52,17 @@ std::vector<const FrameRow*> frames_to_show(const Archive& a, std::int32_t stack
   for (const FrameRow* f : all) text.push_back(FrameText{a.string(f->function), a.string(f->file), f->line});
   std::vector<const FrameRow*> out;
   for (std::size_t i : frames_to_show(text, n)) out.push_back(all[i]);
+  return out;
+}
+
+std::string frame_lines(const Archive& a, std::int32_t stack_id, std::size_t n, std::string_view indent) {
+  std::string out;
+  for (const FrameRow* f : frames_to_show(a, stack_id, n)) {
+    // C++ frames spell out their template arguments: keep a line readable.
+    const auto function = a.string(f->function);
+    out += fmt::format("{}{}{} ({}:{})\n", indent, printable(function.substr(0, 120)),
+                       function.size() > 120 ? "..." : "", printable(a.string(f->file)), f->line);
+  }
   return out;
 }
 

@@ -34,4 +34,9 @@ OOMFLIGHT_API std::vector<std::size_t> frames_to_show(std::span<const FrameText>
 /// The same over an archive's stack. Empty for kNoStack. Pure; the pointers point into `a`.
 OOMFLIGHT_API std::vector<const FrameRow*> frames_to_show(const Archive& a, std::int32_t stack_id, std::size_t n);
 
+/// Those frames as a terminal report prints them, one per line after `indent`: "function (file:line)", the function
+/// cut at 120 characters ("..."), every text made printable (printable.hpp). Empty for kNoStack. Pure.
+OOMFLIGHT_API std::string frame_lines(const Archive& a, std::int32_t stack_id, std::size_t n,
+                                      std::string_view indent);
+
 }  // namespace oomflight
