@@ -42,6 +42,13 @@ TEST(GrowthReport, ALeakIsNamedAtItsRateAndTheTrendSaysItsRankRunsOutOfRoom) {
       run_command(cli("replay " + kStep + " --device-memory 8GiB --steps 12 --rank-leak 0=256MiB"), dir.path());
   ASSERT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("out of memory at batch 5"), std::string::npos) << r.output;
+  // The job said it was coming, once, at the end of its third batch (PeakForecast), before the failure.
+  const std::size_t forecast = r.output.find(
+      "oomflight[rank 0] warning: rank 0: peak reserved grows 256.00 MiB a batch over batches 0-2 (the peaks stray "
+      "0 B from the line, root mean square); at this rate it reaches its 8.00 GiB capacity at batch ~4\n");
+  EXPECT_NE(forecast, std::string::npos) << r.output;
+  EXPECT_LT(forecast, r.output.find("out of memory at batch 5")) << r.output;
+  EXPECT_EQ(r.output.find("peak reserved grows", r.output.find('\n', forecast)), std::string::npos) << r.output;
   const std::string report = report_of(dir);
   const std::string growing = section(report, "call sites whose live bytes grew batch after batch");
   EXPECT_NE(growing.find("  rank 0: +256.00 MiB a batch over batches 0-4 (the live bytes stray 0 B from the line, "
@@ -72,12 +79,14 @@ TEST(GrowthReport, ALeakIsNamedAtItsRateAndTheTrendSaysItsRankRunsOutOfRoom) {
 }
 
 TEST(GrowthReport, AJobThatDoesNotGrowHasNoSuchSectionAndNoRisingTrend) {
+  // (and no forecast while it runs)
   // Four steps on 8 GiB, then the device shrinks to 6 GiB (another process took memory): it fails at batch 4.
   TempDir dir;
   const auto r = run_command(cli("replay " + kStep + " --device-memory 8GiB --steps 6 --rank-device-memory 0=6GiB "
                                  "--rank-memory-from-step 4"),
                              dir.path());
   ASSERT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("peak reserved grows"), std::string::npos) << r.output;
   const std::string report = report_of(dir);
   EXPECT_EQ(report.find("call sites whose live bytes grew"), std::string::npos) << report;
   EXPECT_NE(report.find("  rank 0: no rising trend in peak reserved over batches 0-3"), std::string::npos) << report;

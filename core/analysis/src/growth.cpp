@@ -5,53 +5,6 @@
 #include <unordered_map>
 
 namespace oomflight {
-namespace {
-
-constexpr double kHorizonBatches = 100'000;
-
-}  // namespace
-
-std::optional<Trend> fit_trend(std::span<const std::int64_t> batches, std::span<const double> values,
-                               std::uint64_t limit) {
-  const std::size_t n = std::min(batches.size(), values.size());
-  if (n < 3) return std::nullopt;
-  // Centred on the means: the sums stay small enough for doubles whatever the batch numbers.
-  double mean_x = 0, mean_y = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    mean_x += static_cast<double>(batches[i] - batches[0]);
-    mean_y += values[i];
-  }
-  mean_x /= static_cast<double>(n);
-  mean_y /= static_cast<double>(n);
-  double sxx = 0, sxy = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double dx = static_cast<double>(batches[i] - batches[0]) - mean_x;
-    sxx += dx * dx;
-    sxy += dx * (values[i] - mean_y);
-  }
-  Trend t;
-  t.first_batch = batches[0];
-  t.last_batch = batches[n - 1];
-  t.points = n;
-  t.slope = sxx > 0 ? sxy / sxx : 0;
-  double squares = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double fitted = mean_y + t.slope * (static_cast<double>(batches[i] - batches[0]) - mean_x);
-    squares += (values[i] - fitted) * (values[i] - fitted);
-  }
-  t.residual = std::sqrt(squares / static_cast<double>(n));
-  const double span = static_cast<double>(t.last_batch - t.first_batch);
-  t.rising = std::isfinite(t.slope) && t.slope > 0 && t.slope * span > 2 * t.residual;
-  if (t.rising && limit != 0) {
-    // Where the line stands at the last batch, and how many batches more it takes to reach the limit.
-    const double at_last = mean_y + t.slope * (span - mean_x);
-    const double more = (static_cast<double>(limit) - at_last) / t.slope;
-    if (std::isfinite(more) && more <= kHorizonBatches) {
-      t.reaches_limit_at = t.last_batch + static_cast<std::int64_t>(std::ceil(std::max(0.0, more)));
-    }
-  }
-  return t;
-}
 
 std::optional<Trend> peak_reserved_trend(std::span<const BatchRow> batches, std::uint64_t limit,
                                          std::size_t window) {

@@ -20,6 +20,7 @@
 #include "settings_agreement.hpp"
 #include "dump_coordinator.hpp"
 #include "snapshot_dump.hpp"
+#include "peak_forecast.hpp"
 #include "store_protocol.hpp"
 #include "trigger_protocol.hpp"
 
@@ -197,6 +198,17 @@ void Session::mark_batch(std::int64_t batch) {
   const std::int64_t previous = recorder_.batch();
   recorder_.mark_batch(batch);
   if (!config_.enabled || shut_down_) return;
+  if (const auto row = recorder_.last_ended_batch(); row && row->batch == previous) {
+    // The forecast (peak_forecast.hpp): against the process's cap where it has one below the device's capacity.
+    const MemoryStats m = recorder_.memory(row->device);
+    const bool cap = m.memory_cap_bytes != 0 &&
+                     (row->device_capacity_bytes == 0 || m.memory_cap_bytes < row->device_capacity_bytes);
+    if (!forecast_) forecast_ = std::make_unique<PeakForecast>();
+    if (const auto line = forecast_->ended(row->batch, row->peak_reserved_bytes,
+                                           cap ? m.memory_cap_bytes : row->device_capacity_bytes, cap)) {
+      log().warn("rank {}: {}", identity_.rank, *line);
+    }
+  }
   if (const auto w = schedule_.closed_by(previous, batch)) {
     if (!await_agreement(lock)) return;
     take_snapshot(*w);

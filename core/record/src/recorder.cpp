@@ -44,7 +44,10 @@ void Recorder::mark_batch(std::int64_t batch) noexcept {
     const std::lock_guard lock(batch_mutex_);
     const std::int64_t now = monotonic_ns();
     const std::int64_t ended = batch_.load(std::memory_order_relaxed);
-    if (ended >= 0) batches_.push(running_row(running_, ended, now));
+    if (ended >= 0) {
+      last_ended_ = running_row(running_, ended, now);
+      batches_.push(*last_ended_);
+    }
     running_.start_t_ns = now;
     running_.counts_at_start = ring_.action_counts();
     running_.ooms_at_start = oom_events();
@@ -54,6 +57,11 @@ void Recorder::mark_batch(std::int64_t batch) noexcept {
     batch_.store(batch, std::memory_order_relaxed);
   }
   record(Action::step, 0, 0, 0, 0);
+}
+
+std::optional<BatchStats> Recorder::last_ended_batch() const {
+  const std::lock_guard lock(batch_mutex_);
+  return last_ended_;
 }
 
 bool Recorder::set_memory(int device, const MemoryStats& s) noexcept {

@@ -13,29 +13,10 @@
 #include <vector>
 
 #include "oomflight/api.h"
+#include "oomflight/base/trend.hpp"
 #include "oomflight/format/archive_reader.hpp"
 
 namespace oomflight {
-
-/// A straight line through per-batch figures (bytes), by least squares.
-struct Trend {
-  std::int64_t first_batch = 0;  ///< the batches it was fitted on, first and last
-  std::int64_t last_batch = 0;
-  std::size_t points = 0;        ///< how many batches
-  double slope = 0;              ///< bytes a batch
-  double residual = 0;           ///< root mean square distance of the figures from the line, bytes
-  /// The figures rise: the line's rise over the batches is positive and more than twice the residual, over at least
-  /// 3 batches. Anything else is no trend, not a small one.
-  bool rising = false;
-  /// When rising and a limit was given: the batch at which the line reaches it, if that is within 100,000 batches
-  /// of the last (a forecast further out says nothing a reader can act on).
-  std::optional<std::int64_t> reaches_limit_at;
-};
-
-/// Fits `values` (bytes) at `batches` (the same length, ascending). nullopt with fewer than 3 points. `limit`: bytes
-/// the figures must stay below (0: none).
-OOMFLIGHT_API std::optional<Trend> fit_trend(std::span<const std::int64_t> batches,
-                                             std::span<const double> values, std::uint64_t limit);
 
 /// The trend of a rank's peak reserved bytes over its last `window` batches that ended (/batches rows with an end);
 /// nullopt with fewer than 3. `limit`: the rank's cap or device capacity (0: unknown).

@@ -130,6 +130,7 @@ class Session {
   std::string alone_because_ = "before this rank reached the job's store";
   std::atomic<DumpCoordinator*> view_{nullptr};  // coordinator_, as dump() reads it without the lock
   SnapshotSchedule schedule_;
+  std::unique_ptr<class PeakForecast> forecast_;  // under batch_mutex_ (peak_forecast.hpp)
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
   // Every HDF5 use of this process outside the MPI path takes it (Debian's HDF5 is not built thread-safe): a dump
   // of this rank alone on a failing thread, a snapshot on the batch thread, and a joined rank's watcher. Taken after

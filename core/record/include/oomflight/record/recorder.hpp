@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <mutex>
 #include <span>
 
@@ -116,6 +117,9 @@ class OOMFLIGHT_API Recorder {
   /// records a `step` event for it.
   void mark_batch(std::int64_t batch) noexcept;
 
+  /// The row of the batch the last mark_batch() ended (nothing before the second one). Takes the batch table's mutex.
+  std::optional<BatchStats> last_ended_batch() const;
+
   /// The current batch, -1 before the first mark_batch().
   std::int64_t batch() const noexcept { return batch_.load(std::memory_order_relaxed); }
 
@@ -178,6 +182,7 @@ class OOMFLIGHT_API Recorder {
   CollectiveRing collectives_{kMaxCollectives};
   CommunicatorTable communicators_;
   BatchTable batches_;
+  std::optional<BatchStats> last_ended_;  // guarded by batch_mutex_
   ContextLog context_;
   mutable std::mutex batch_mutex_;  // guards running_ (mark_batch and freeze)
   RunningBatch running_;
