@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "oomflight/analysis/growth.hpp"
 #include "oomflight/analysis/post_mortem.hpp"
 #include "oomflight/export/folded.hpp"
 #include "oomflight/export/html_report.hpp"
@@ -87,6 +88,16 @@ const oomflight::Archive& archive() {
   return a;
 }
 
+// The same history cut into 100 batches of 1,000 events: what the report's growing call sites walk (growth.hpp).
+const oomflight::Archive& batched() {
+  static const oomflight::Archive a = [] {
+    oomflight::Archive b = archive();
+    for (std::size_t i = 0; i < b.events.size(); ++i) b.events[i].batch = static_cast<std::int64_t>(i / 1000);
+    return b;
+  }();
+  return a;
+}
+
 void BM_MemoryViz(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(oomflight::render_memory_viz(archive(), archive().ranks[0]));
   state.counters["events"] = static_cast<double>(g_events);
@@ -103,10 +114,14 @@ void BM_HtmlWithAnalysis(benchmark::State& state) {
     benchmark::DoNotOptimize(oomflight::render_html_report(archive(), pm, 6));
   }
 }
+void BM_GrowingCallSites(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(oomflight::growing_call_sites(batched(), batched().ranks[0], 10));
+}
 BENCHMARK(BM_MemoryViz)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Perfetto)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Folded)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_HtmlWithAnalysis)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GrowingCallSites)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
