@@ -24,6 +24,11 @@ std::string signed_bytes(std::int64_t v) {
                 : "-" + format_bytes(-static_cast<std::uint64_t>(v));
 }
 
+// From `from` to `to` bytes, signed, whatever their size (a damaged archive's may pass INT64_MAX).
+std::string change_text(std::uint64_t from, std::uint64_t to) {
+  return to >= from ? "+" + format_bytes(to - from) : "-" + format_bytes(from - to);
+}
+
 std::string ranks_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ",")); }
 
 std::string render_diff(const Archive& a, const Archive& b, const ArchiveDiff& d, std::size_t frames) {
@@ -37,20 +42,18 @@ std::string render_diff(const Archive& a, const Archive& b, const ArchiveDiff& d
   out += "\n";
   if (d.ranks.empty()) return out;
   out += fmt::format("live in their recorded histories: {} -> {} ({})\n", format_bytes(d.live_a),
-                     format_bytes(d.live_b),
-                     signed_bytes(static_cast<std::int64_t>(d.live_b) - static_cast<std::int64_t>(d.live_a)));
+                     format_bytes(d.live_b), change_text(d.live_a, d.live_b));
   if (d.changed == 0) return out + "no call site's live bytes changed\n";
   out += fmt::format("{} call {} live bytes changed{}:\n", d.changed, d.changed == 1 ? "site's" : "sites'",
                      d.sites.size() < d.changed ? fmt::format(" (the {} largest changes shown)", d.sites.size()) : "");
   for (std::size_t i = 0; i < d.sites.size(); ++i) {
     const SiteChange& c = d.sites[i];
-    const std::int64_t delta = static_cast<std::int64_t>(c.bytes_b) - static_cast<std::int64_t>(c.bytes_a);
     std::string where;
     if (d.ranks.size() > 1) {
       where = fmt::format("; most on rank {} ({}), the median rank {}", c.widest_rank, signed_bytes(c.widest_change),
                           signed_bytes(c.median_change));
     }
-    out += fmt::format("  {:>2}. {} ({} -> {}){}\n", i + 1, signed_bytes(delta), format_bytes(c.bytes_a),
+    out += fmt::format("  {:>2}. {} ({} -> {}){}\n", i + 1, change_text(c.bytes_a, c.bytes_b), format_bytes(c.bytes_a),
                        format_bytes(c.bytes_b), where);
     // The frames as the archive that holds the site gives them (B's where both do).
     const Archive& holder = c.stack_b != kNoStack ? b : a;

@@ -152,6 +152,23 @@ TEST(WhatIf, WithMaxSplitSizeTheRetryPathFirstReleasesTheOversizeBlockTheRequest
   EXPECT_EQ(several.large.reserved, 470 * MiB);
 }
 
+TEST(WhatIf, ASmallRequestsRetryPathReleasesEveryFreeSegment) {
+  // torch's first step searches the request's own pool, and the small pool holds no oversize block: for a small
+  // request it releases nothing, and the second step gives back every wholly free segment (the 300 MiB oversize one
+  // and the 20 MiB one), not only the oversize block.
+  TorchSnapshot s;
+  s.device_traces = {{
+      entry(Action::alloc, 0x100000000, 300 * MiB),
+      entry(Action::alloc, 0x200000000, 8 * MiB),  // in a 20 MiB segment (below 10 MiB)
+      entry(Action::free_completed, 0x100000000, 300 * MiB),
+      entry(Action::free_completed, 0x200000000, 8 * MiB),
+      entry(Action::alloc, 0x400000000, 4096),  // small: a new 2 MiB segment, past 321 MiB with the 320 cached
+  }};
+  const WhatIfOutcome o = replay_what_if(s, 0, parse_alloc_conf("max_split_size_mb:256"), 321 * MiB);
+  EXPECT_TRUE(o.fits);
+  EXPECT_EQ(o.released_by_retries, 320 * MiB);
+}
+
 TEST(WhatIf, AnOomEntryIsTheFailedRequestAskedAgain) {
   TorchSnapshot s = trace();
   s.device_traces[0].resize(4);  // up to the free: 20 MiB reserved, 4 MiB allocated

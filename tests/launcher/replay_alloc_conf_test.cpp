@@ -113,6 +113,30 @@ TEST(ReplayAllocConf, StepAfterStepTheModelsCacheReachesTheSamePeakReserved) {
   EXPECT_EQ(mb[2], "6.31 GiB");
 }
 
+TEST(ReplayAllocConf, AFailedRequestThatFitsAsConfiguredIsFreedWithItsStep) {
+  // A trace that ends in torch's oom entry (the 6 GiB replay's archive, exported back to a snapshot): on 8 GiB with
+  // max_split_size_mb:256 the failed 998 MiB request fits, and the rewind between steps frees it with the step's
+  // other blocks. It was kept once a step before (7.28 GiB allocated at the third step: out of memory).
+  TempDir dir;
+  ASSERT_EQ(run_command(cli("replay " + kH200 + " --device-memory 6GiB"), dir.path()).exit_code, 1);
+  const auto archives = test::files_with_suffix(dir.path(), ".h5");
+  ASSERT_EQ(archives.size(), 1u);
+  ASSERT_EQ(run_command(cli("export " + archives[0].string() + " --format memory_viz -o mv"), dir.path()).exit_code, 0);
+  const auto pickles = test::files_with_suffix(dir.path() / "mv", ".pickle");
+  ASSERT_EQ(pickles.size(), 1u);
+  const std::string replay =
+      "replay " + pickles[0].string() + " --device-memory 8GiB --alloc-conf max_split_size_mb:256";
+  const auto one = run_command(cli(replay), dir.path());
+  const auto three = run_command(cli(replay + " --steps 3"), dir.path());
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(three.exit_code, 0) << three.output;
+  const std::regex peak(R"(peak reserved ([0-9.]+ [KMG]iB) of 8.00 GiB)");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(one.output, a, peak)) << one.output;
+  ASSERT_TRUE(std::regex_search(three.output, b, peak)) << three.output;
+  EXPECT_EQ(a[1], b[1]);
+}
+
 TEST(ReplayAllocConf, OptionsItCannotReplayAreNamedBeforeTheTraceIsRead) {
   TempDir dir;
   const auto expandable =

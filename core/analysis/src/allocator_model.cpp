@@ -222,6 +222,8 @@ bool AllocatorModel::release_available_cached_blocks(std::uint64_t rounded, std:
   // torch 2.11, release_available_cached_blocks(): a no-op without max_split_size; the search key is the request,
   // at least max_split_size, in the large pool's (stream, size, address) order.
   if (settings_.max_split_size == UINT64_MAX) return false;
+  // It searches the request's own pool: a small request's holds no oversize block (they are all above 20 MiB).
+  if (small_pool(rounded)) return false;
   const std::uint64_t key = std::max(rounded, settings_.max_split_size);
   const auto give_back = [&](std::uint64_t address) {
     const auto seg = segments_.find(address);

@@ -7,7 +7,9 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 constexpr std::uint64_t kLargestRequest = 1ull << 44;  // 16 TiB: larger than any device; a damaged file's
-constexpr std::uint64_t kHighestAddress = 1ull << 60;  // below the model's expandable segments (1 << 56 and up)
+// The highest recorded address that moves the model's own segments up; a damaged file's larger ones are not followed
+// (the model's expandable segments live at 1 << 56 and up, apart from any real device address).
+constexpr std::uint64_t kHighestAddress = 1ull << 60;
 
 }  // namespace
 
@@ -16,7 +18,9 @@ AllocatorReplay::AllocatorReplay(const SnapshotStartState& start, const std::vec
     : settings_(settings), model_(settings), capacity_(capacity) {
   for (const auto& [address, segment] : start.segments) {
     model_.add_segment(address, segment.size, segment.stream, segment.size == 2 * kMiB && !segment.is_expandable);
-    next_address_ = std::max(next_address_, address + segment.size);
+    if (address < kHighestAddress && segment.size < kLargestRequest) {
+      next_address_ = std::max(next_address_, address + segment.size);
+    }
   }
   for (const auto& [address, block] : start.blocks) {
     if (model_.restore_allocated(address, block.block_size != 0 ? block.block_size : model_.round_size(block.size))) {
@@ -75,7 +79,7 @@ ModelledAllocation AllocatorReplay::allocate(std::uint64_t size, std::uint64_t s
       const bool enough = model_.release_available_cached_blocks(rounded, stream, out.released, changes) && !too_much();
       if (!enough) out.released += release(changes);
     }
-    if (too_much()) {
+    if (too_much() || next_address_ > UINT64_MAX - need) {  // the second: a damaged file's endless requests
       out.needed = need;
       return out;
     }

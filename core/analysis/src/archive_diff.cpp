@@ -7,6 +7,12 @@
 #include "oomflight/analysis/post_mortem.hpp"
 
 namespace oomflight {
+namespace {
+
+// A damaged archive's sizes are arbitrary: its sums stop at the top instead of wrapping.
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+}  // namespace
 
 std::string call_site_key(const Archive& a, std::int32_t stack_id) {
   std::string key;
@@ -46,14 +52,14 @@ ArchiveDiff diff_archives(const Archive& a, const Archive& b, std::optional<int>
     for (const auto& [stack, bytes] : live_bytes_by_stack(a, *in_a.at(r))) {
       Site& s = sites[call_site_key(a, stack)];
       s.stack_a = s.stack_a == kNoStack ? stack : s.stack_a;
-      s.by_rank[r].first += bytes;
-      d.live_a += bytes;
+      s.by_rank[r].first = saturating_add(s.by_rank[r].first, bytes);
+      d.live_a = saturating_add(d.live_a, bytes);
     }
     for (const auto& [stack, bytes] : live_bytes_by_stack(b, *in_b.at(r))) {
       Site& s = sites[call_site_key(b, stack)];
       s.stack_b = s.stack_b == kNoStack ? stack : s.stack_b;
-      s.by_rank[r].second += bytes;
-      d.live_b += bytes;
+      s.by_rank[r].second = saturating_add(s.by_rank[r].second, bytes);
+      d.live_b = saturating_add(d.live_b, bytes);
     }
   }
   const auto change = [](std::uint64_t from, std::uint64_t to) {
@@ -71,8 +77,8 @@ ArchiveDiff diff_archives(const Archive& a, const Archive& b, std::optional<int>
       const auto it = s.by_rank.find(r);
       const std::uint64_t from = it == s.by_rank.end() ? 0 : it->second.first;
       const std::uint64_t to = it == s.by_rank.end() ? 0 : it->second.second;
-      c.bytes_a += from;
-      c.bytes_b += to;
+      c.bytes_a = saturating_add(c.bytes_a, from);
+      c.bytes_b = saturating_add(c.bytes_b, to);
       const std::int64_t delta = change(from, to);
       changes.push_back(delta);
       if (c.widest_rank < 0 || size(delta) > size(c.widest_change)) {

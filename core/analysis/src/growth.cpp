@@ -33,14 +33,15 @@ std::vector<GrowingSite> growing_call_sites(const Archive& archive, const RankRo
   // One pass: the history falls into runs of one batch each; a run is whole when a later batch's event follows it.
   // Each call site logs its live bytes at the end of each run in which they changed, so the series of a site that
   // changes rarely costs little, and a history of many batches and many sites stays near-linear.
+  __extension__ typedef __int128 Wide;  // sizes below 2^50 summed over any history: no overflow
   struct Change {
     std::size_t run;
-    std::int64_t bytes;
+    Wide bytes;
   };
   std::unordered_map<std::int32_t, std::vector<Change>> log;
   std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int32_t>> live;  // address -> size, stack
   std::vector<std::int64_t> run_batch;  // the batch of each run
-  const auto change = [&](std::int32_t stack, std::int64_t delta) {
+  const auto change = [&](std::int32_t stack, Wide delta) {
     auto& changes = log[stack];
     const std::size_t run = run_batch.size() - 1;
     if (changes.empty() || changes.back().run != run) {
@@ -54,9 +55,9 @@ std::vector<GrowingSite> growing_call_sites(const Archive& archive, const RankRo
     if (e.action == Action::alloc) {
       if (e.size > (1ull << 50)) continue;  // a damaged file's size: not a call site's bytes
       live[e.addr] = {e.size, e.stack_id};
-      change(e.stack_id, static_cast<std::int64_t>(e.size));
+      change(e.stack_id, static_cast<Wide>(e.size));
     } else if (const auto it = live.find(e.addr); it != live.end()) {
-      change(it->second.second, -static_cast<std::int64_t>(it->second.first));
+      change(it->second.second, -static_cast<Wide>(it->second.first));
       live.erase(it);
     }
   }
@@ -71,7 +72,7 @@ std::vector<GrowingSite> growing_call_sites(const Archive& archive, const RankRo
     // The site's live bytes at the end of each whole run of the window: its last change at or before that run.
     series.assign(batches.size(), 0);
     std::size_t c = 0;
-    std::int64_t bytes = 0;
+    Wide bytes = 0;
     for (std::size_t r = first; r < whole; ++r) {
       while (c < changes.size() && changes[c].run <= r) bytes = changes[c++].bytes;
       series[r - first] = static_cast<double>(bytes);
@@ -85,8 +86,7 @@ std::vector<GrowingSite> growing_call_sites(const Archive& archive, const RankRo
     if (fell || 3 * rises < 2 * (series.size() - 1)) continue;
     const std::optional<Trend> t = fit_trend(batches, series, 0);
     if (!t || !t->rising) continue;
-    out.push_back(GrowingSite{stack, *t, static_cast<std::uint64_t>(std::max(0.0, series.front())),
-                              static_cast<std::uint64_t>(std::max(0.0, series.back()))});
+    out.push_back(GrowingSite{stack, *t, trend_bytes(series.front()), trend_bytes(series.back())});
   }
   std::sort(out.begin(), out.end(), [](const GrowingSite& x, const GrowingSite& y) {
     return x.trend.slope != y.trend.slope ? x.trend.slope > y.trend.slope : x.stack_id < y.stack_id;

@@ -19,16 +19,18 @@ std::optional<Trend> fit_trend(std::span<const std::int64_t> batches, std::span<
   const std::size_t n = std::min(batches.size(), values.size());
   if (n < 3) return std::nullopt;
   // Centred on the means: the sums stay small enough for doubles whatever the batch numbers.
+  // Batch numbers as offsets from the first, in doubles: a damaged file's extreme numbers cannot overflow.
+  const auto x = [&](std::size_t i) { return static_cast<double>(batches[i]) - static_cast<double>(batches[0]); };
   double mean_x = 0, mean_y = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    mean_x += static_cast<double>(batches[i] - batches[0]);
+    mean_x += x(i);
     mean_y += values[i];
   }
   mean_x /= static_cast<double>(n);
   mean_y /= static_cast<double>(n);
   double sxx = 0, sxy = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double dx = static_cast<double>(batches[i] - batches[0]) - mean_x;
+    const double dx = x(i) - mean_x;
     sxx += dx * dx;
     sxy += dx * (values[i] - mean_y);
   }
@@ -39,11 +41,11 @@ std::optional<Trend> fit_trend(std::span<const std::int64_t> batches, std::span<
   t.slope = sxx > 0 ? sxy / sxx : 0;
   double squares = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double fitted = mean_y + t.slope * (static_cast<double>(batches[i] - batches[0]) - mean_x);
+    const double fitted = mean_y + t.slope * (x(i) - mean_x);
     squares += (values[i] - fitted) * (values[i] - fitted);
   }
   t.residual = std::sqrt(squares / static_cast<double>(n));
-  const double span = static_cast<double>(t.last_batch - t.first_batch);
+  const double span = static_cast<double>(t.last_batch) - static_cast<double>(t.first_batch);
   // Rising: up from one batch to the next at least two times in three, and a rise over the span that the scatter
   // does not explain. Without the first, a healthy job's warm-up (a smaller first batch, then a plateau once the
   // optimizer's state exists) fits a line that rises, and the forecast would name a batch the job never fails at.
@@ -54,16 +56,24 @@ std::optional<Trend> fit_trend(std::span<const std::int64_t> batches, std::span<
     // Where the line stands at the last batch, and how many batches more it takes to reach the limit.
     const double at_last = mean_y + t.slope * (span - mean_x);
     const double more = (static_cast<double>(limit) - at_last) / t.slope;
-    if (std::isfinite(more) && more <= kHorizonBatches) {
-      t.reaches_limit_at = t.last_batch + static_cast<std::int64_t>(std::ceil(std::max(0.0, more)));
+    const std::int64_t ahead =
+        std::isfinite(more) ? static_cast<std::int64_t>(std::ceil(std::clamp(more, 0.0, kHorizonBatches))) : 0;
+    if (std::isfinite(more) && more <= kHorizonBatches && t.last_batch <= INT64_MAX - ahead) {
+      t.reaches_limit_at = t.last_batch + ahead;
     }
   }
   return t;
 }
 
+std::uint64_t trend_bytes(double v) {
+  // 2^64 itself is not a uint64 (a hostile file's sizes can sum to it): the top is the largest double below it.
+  constexpr double kTop = 18446744073709549568.0;
+  return !(v > 0) ? 0 : v >= kTop ? static_cast<std::uint64_t>(kTop) : static_cast<std::uint64_t>(v);
+}
+
 std::string trend_span_words(const Trend& t, std::string_view what) {
   return fmt::format("over batches {}-{} (the {} stray {} from the line, root mean square)", t.first_batch,
-                     t.last_batch, what, format_bytes(static_cast<std::uint64_t>(t.residual)));
+                     t.last_batch, what, format_bytes(trend_bytes(t.residual)));
 }
 
 std::string peak_trend_words(const Trend& t, std::uint64_t limit, bool cap) {
@@ -79,7 +89,7 @@ std::string peak_trend_words(const Trend& t, std::uint64_t limit, bool cap) {
   } else {
     when = fmt::format("at this rate it does not reach its {} {} within 100,000 batches", format_bytes(limit), what);
   }
-  return fmt::format("peak reserved grows {} a batch {}; {}", format_bytes(static_cast<std::uint64_t>(t.slope)),
+  return fmt::format("peak reserved grows {} a batch {}; {}", format_bytes(trend_bytes(t.slope)),
                      trend_span_words(t, "peaks"), when);
 }
 

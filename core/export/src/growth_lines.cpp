@@ -13,7 +13,7 @@ std::string peak_trend_text(const RankSummary& s) {
 }
 
 std::string growing_site_text(const GrowingSite& g) {
-  return fmt::format("+{} a batch {}, {} to {}", format_bytes(static_cast<std::uint64_t>(g.trend.slope)),
+  return fmt::format("+{} a batch {}, {} to {}", format_bytes(trend_bytes(g.trend.slope)),
                      trend_span_words(g.trend, "live bytes"), format_bytes(g.first_bytes), format_bytes(g.last_bytes));
 }
 

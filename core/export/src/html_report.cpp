@@ -648,7 +648,7 @@ std::string batches_section(const Archive& a, const PostMortem& pm) {
 }
 
 // Each rank's trend of peak reserved and the call sites that grow (issue 42, items 2 and 3), in the text report's
-// words (growth_lines.hpp). Empty when no rank has 3 ended batches.
+// words (growth_lines.hpp). Empty when there is neither.
 std::string growth_section(const Archive& a, const PostMortem& pm, std::size_t frames) {
   std::string trends, sites;
   for (const auto& s : pm.ranks) {
@@ -672,11 +672,13 @@ std::string growth_section(const Archive& a, const PostMortem& pm, std::size_t f
       sites += "</td></tr>\n";
     }
   }
-  if (trends.empty()) return {};
-  std::string out = "<section id=\"growth\"><h2>Trends</h2>\n<p class=\"note\">Each rank's per-batch peak "
-                    "reserved, a least-squares line over its last ended batches (at most 64), and where that line "
-                    "meets its limit.</p>\n<table><tr><th>rank</th><th class=\"l\">peak reserved</th></tr>\n" +
-                    trends + "</table>\n";
+  if (trends.empty() && sites.empty()) return {};
+  std::string out = "<section id=\"growth\"><h2>Trends</h2>\n";
+  if (!trends.empty()) {
+    out += "<p class=\"note\">Each rank's per-batch peak reserved, a least-squares line over its last ended batches "
+           "(at most 64), and where that line meets its limit.</p>\n<table><tr><th>rank</th><th class=\"l\">peak "
+           "reserved</th></tr>\n" + trends + "</table>\n";
+  }
   if (sites.empty()) {
     out += "<p>No call site's live bytes grew batch after batch.</p>\n";
   } else {

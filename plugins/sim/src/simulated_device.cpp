@@ -14,6 +14,9 @@ namespace oomflight::sim {
 namespace {
 constexpr std::uint64_t kNoSegment = ~std::uint64_t{0};
 constexpr std::size_t kLookahead = 256;  // how far after a segment_alloc to look for the alloc it serves
+// Keys the model knows blocks by that the trace gave no address: a failed request asked again (3 << 61 and up) and
+// the blocks hold() keeps (1 << 62 and up): above every device address and apart.
+constexpr std::uint64_t kFailedRequestKeys = 3ull << 61;
 
 // What a block of `requested` bytes counts in PyTorch's allocated bytes: the block's size, the request rounded
 // up to 512 bytes (kMinBlockSize; round_size in c10/cuda/CUDACachingAllocator.cpp). A large block left unsplit
@@ -68,6 +71,15 @@ SimulatedDevice::SimulatedDevice(const TorchSnapshot& snapshot, std::uint64_t ca
     // The model starts from the same state: what was released above is what its retry path gives back (segments
     // with no live block), and a released segment is gone, not kept to be reserved again at its recorded place.
     model_.emplace(start, trace_, *modelled, capacity_);
+    // A block that predates the trace and that the model could not place where it was (with the configured rounding
+    // it would overlap the next one) is not the model's: the device drops it too, or the two would count different
+    // blocks for the rest of the run. Counted, as any entry the model does not follow.
+    std::vector<std::uint64_t> refused;
+    for (const auto& [addr, b] : blocks_) {
+      if (!model_->address_of(addr)) refused.push_back(addr);
+    }
+    for (const auto addr : refused) drop_block(addr);
+    anomalies_.start_blocks_not_modelled = refused.size();
     if (released != 0) (void)model_->empty_cache();
     std::erase_if(segments_, [](const auto& s) { return !s.second.reserved; });
   }
@@ -222,9 +234,12 @@ std::optional<OutOfMemory> SimulatedDevice::replay_modelled(EventSink& sink) {
       case Action::oom: {
         // An oom entry is the request the recorded allocator failed: asked again, it may fit as configured (and is
         // then never freed: the program never had it).
+        // It gets a key of its own (the trace gives it no address), so that the rewind frees it with the step's
+        // other blocks.
         changes.clear();
-        const ModelledAllocation a = model_->allocate(
-            e.size, e.stream, e.action == Action::alloc ? std::optional(e.addr) : std::nullopt, &changes);
+        const ModelledAllocation a =
+            model_->allocate(e.size, e.stream, e.action == Action::alloc ? e.addr : kFailedRequestKeys + failed_++,
+                             &changes);
         apply(changes, e.stack_id, sink);
         if (!a.address) {
           return out_of_memory(Request{e.size, a.needed != 0 ? a.needed : e.size, e.stream, e.stack_id}, i, sink);

@@ -113,7 +113,8 @@ class OOMFLIGHT_API AllocatorModel {
   std::uint64_t release_free_segments(std::vector<SegmentChange>* released = nullptr);
 
   /// release_available_cached_blocks(): the first step of the retry path of a failed cudaMalloc, with
-  /// max_split_size (without it, it does nothing and says so). Of the large pool's free blocks on `stream`, the
+  /// max_split_size (without it, or for a small-pool request, it does nothing and says so). Of the large pool's free
+  /// blocks on `stream`, the
   /// smallest oversize one (at or above max_split_size) of at least `rounded` bytes (or max_split_size, when that is
   /// more) goes back to the driver; where none is that large, the oversize ones do, largest first, until as many bytes
   /// are back (and those released stay released even when they fall short). An oversize block is a whole segment

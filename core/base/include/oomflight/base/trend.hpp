@@ -43,6 +43,10 @@ OOMFLIGHT_API std::optional<Trend> fit_trend(std::span<const std::int64_t> batch
 /// the device's capacity.
 OOMFLIGHT_API std::string peak_trend_words(const Trend& trend, std::uint64_t limit, bool cap);
 
+/// A trend's figure (a slope, a residual, a fitted value) as bytes: 0 below 0 (or NaN), at most the largest double
+/// below 2^64.
+OOMFLIGHT_API std::uint64_t trend_bytes(double value);
+
 /// "over batches 0-4 (the live bytes stray 0 B from the line, root mean square)": the span of a trend of `what`.
 OOMFLIGHT_API std::string trend_span_words(const Trend& trend, std::string_view what);
 

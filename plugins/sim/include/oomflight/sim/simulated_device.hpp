@@ -45,6 +45,9 @@ struct ReplayAnomalies {
   std::size_t alloc_outside_segments = 0;
   std::size_t free_of_unknown_block = 0;
   std::size_t free_of_unknown_segment = 0;
+  /// With `modelled`: blocks that predate the trace which the model could not place where they were (with the
+  /// configured rounding one would overlap the next); the device leaves them out as the model does.
+  std::size_t start_blocks_not_modelled = 0;
 };
 
 /// The simulated device. Not thread-safe: one replaying thread.
@@ -180,6 +183,7 @@ class SimulatedDevice {
   // address (or key).
   std::set<std::uint64_t> held_;
   std::uint64_t next_held_ = 0;
+  std::uint64_t failed_ = 0;  // with model_: oom entries asked again (their keys)
 };
 
 }  // namespace oomflight::sim
