@@ -4,6 +4,8 @@
 #include <benchmark/benchmark.h>
 
 #include <ctime>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "oomflight/oomflight.h"
@@ -141,6 +143,60 @@ void BM_TrackerToRing(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_TrackerToRing)->Threads(1)->UseRealTime();
+
+// The same path with OOMFLIGHT_HEADROOM_DUMP off and on, side by side (issue 42): allocations (reserved does not
+// move, so the check ends at one compare) and segment events (reserved moves: the check compares against the
+// threshold). The device is seeded with 80 GiB and 1 GiB reserved, far below 90%: no dump is taken. Each run starts
+// a session of its own (oomflight_shutdown, then oomflight_init_settings).
+void BM_TrackerHeadroom(benchmark::State& state) {
+  const bool headroom = state.range(0) != 0, segments = state.range(1) != 0;
+  (void)oomflight_shutdown();
+  const char* names[] = {"OOMFLIGHT_HEADROOM_DUMP"};
+  const char* values[] = {"0.9"};
+  if (oomflight_init_settings(names, values, headroom ? 1 : 0) != OOMFLIGHT_OK) {
+    state.SkipWithError(oomflight_last_error());
+    return;
+  }
+  namespace tp = oomflight::torch_plugin;
+  auto tracker = std::make_unique<tp::TraceTracker>(tp::linked_c_api());
+  tracker->seed(0, 0, std::int64_t{1} << 30, std::uint64_t{80} << 30);
+  StandInEntry e;
+  const auto first = segments ? StandInEntry::SEGMENT_ALLOC : StandInEntry::ALLOC;
+  const auto second = segments ? StandInEntry::SEGMENT_FREE : StandInEntry::FREE_REQUESTED;
+  e.size_ = segments ? std::size_t{2} << 20 : 512;
+  for (auto _ : state) {
+    e.addr_ += 512;
+    e.action_ = e.action_ == first ? second : first;
+    tracker->on_entry(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(std::string("headroom ") + (headroom ? "0.9, " : "off, ") +
+                 (segments ? "segment events" : "allocations"));
+  (void)oomflight_shutdown();
+}
+BENCHMARK(BM_TrackerHeadroom)->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})->UseRealTime();
+
+// A batch's end as the session takes it (oomflight_mark_batch): the batch table's row, the snapshot schedule, and the
+// running forecast's least-squares line over the last 64 batches (PeakForecast). Once per training step, against
+// a step's own work of milliseconds at least.
+void BM_CApiMarkBatch(benchmark::State& state) {
+  (void)oomflight_shutdown();
+  if (oomflight_init() != OOMFLIGHT_OK) {
+    state.SkipWithError(oomflight_last_error());
+    return;
+  }
+  oomflight_memory m = OOMFLIGHT_MEMORY_INIT;
+  m.device_capacity_bytes = std::uint64_t{80} << 30;
+  std::int64_t batch = 0;
+  for (auto _ : state) {
+    m.reserved_bytes = (std::uint64_t{1} << 30) + static_cast<std::uint64_t>(batch % 7) * (1u << 20);
+    oomflight_set_memory(0, &m);
+    benchmark::DoNotOptimize(oomflight_mark_batch(++batch));
+  }
+  state.SetItemsProcessed(state.iterations());
+  (void)oomflight_shutdown();
+}
+BENCHMARK(BM_CApiMarkBatch)->UseRealTime();
 
 void BM_Freeze100k(benchmark::State& state) {
   oomflight::Recorder recorder(100000);

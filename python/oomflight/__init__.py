@@ -253,8 +253,8 @@ def _finish_dump(code: int, raw: _capi.DumpResultStruct) -> DumpResult:
 
 def request_dump(kind: str = "signal", *, reason: str = "", device: int = -1, batch: int = -1,
                  requested_bytes: int = 0, device_free_bytes: int = 0) -> DumpResult:
-    """Asks every rank to dump now (kind "oom", "snapshot", "signal" or "exit") and blocks until the archive is
-    closed or the fallback written. Returns the DumpResult: status "archive", "rank_local", "failed" or
+    """Asks every rank to dump now (kind "oom", "snapshot", "signal", "exit" or "headroom") and blocks until the
+    archive is closed or the fallback written. Returns the DumpResult: status "archive", "rank_local", "failed" or
     "disabled", and the path. Raises ValueError for a bad kind or device, StateError before init()."""
     if kind not in _capi.DUMP_KINDS:
         raise ValueError(f"request_dump: kind {kind!r} is not one of {', '.join(_capi.DUMP_KINDS)}")

@@ -29,7 +29,7 @@ ACTIONS = {
     "step": 9,
 }
 # enum oomflight_dump_kind
-DUMP_KINDS = {"oom": 0, "snapshot": 1, "signal": 2, "exit": 3}
+DUMP_KINDS = {"oom": 0, "snapshot": 1, "signal": 2, "exit": 3, "headroom": 4}
 # enum oomflight_dump_status
 DUMP_STATUSES = {0: "archive", 1: "rank_local", 2: "failed", 3: "disabled"}
 # enum oomflight_log_level

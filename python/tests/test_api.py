@@ -207,6 +207,40 @@ class Calls(unittest.TestCase):
                 job = str(cwd / "job.py")
                 self.assertEqual(frames_of(f, allocs[0]), [("allocate", job, record), ("<module>", job, call)])
 
+    def test_a_crossing_of_the_headroom_threshold_in_a_process_of_its_own_is_one_archive_at_the_next_batch(self):
+        # Issue 42: with no other rank (no watcher), a crossing is written by the batch thread at the next
+        # mark_batch, not by the publishing call (inside torch's allocator, in a real job). Once per arming: the
+        # figure stays over, falls within 5 points, rises, then falls more than 5 points below and crosses again,
+        # which is the second archive. The cap is the limit where one is set. A bad threshold is refused naming it.
+        cwd = scratch()
+        out = python("""
+            import oomflight
+            MiB, GiB = 1 << 20, 1 << 30
+            oomflight.init(run_name="headroom", folder="out", headroom_dump="75%")
+            # 50%, 87.5% (crossed), 92.8%, 70.8% (within 5 points: still disarmed), 81.3%, 62.5% (armed), 87.5%
+            for batch, reserved in enumerate([2 * GiB, 3584 * MiB, 3800 * MiB, 2900 * MiB, 3328 * MiB, 2560 * MiB,
+                                              3584 * MiB]):
+                oomflight.mark_batch(batch)
+                oomflight.set_memory(0, reserved=reserved, capacity=80 * GiB, cap=4 * GiB)
+            oomflight.mark_batch(7)
+            oomflight.shutdown()
+            """, cwd)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        files = sorted((cwd / "out").glob("*.h5"))
+        self.assertEqual([f.name for f in files], ["headroom.1.h5", "headroom.6.h5"], out.stderr)
+        for f, batch, reserved in ((files[0], 1, "3.50 GiB"), (files[1], 6, "3.50 GiB")):
+            a = read_archive(f)
+            self.assertEqual(a["attrs"]["kind"], "headroom")
+            self.assertEqual(int(a["attrs"]["dump_batch"]), batch)
+            self.assertEqual(a["attrs"]["reason"], f"rank 0: device 0: reserved {reserved} of its 4.00 GiB per-process "
+                                                   "cap, over OOMFLIGHT_HEADROOM_DUMP=75% (3.00 GiB)")
+        self.assertIn(f"rank 0 crossed the headroom threshold at batch 1: device 0: reserved 3.50 GiB", out.stderr)
+        bad = python("""
+            import oomflight
+            oomflight.init(headroom_dump=1.5)
+            """, cwd)
+        self.assertIn("OOMFLIGHT_HEADROOM_DUMP='1.5': must be above 0 and at most 1", bad.stderr)
+
     def test_an_oom_reaching_capture_oom_dumps_once_and_propagates_unchanged(self):
         cwd = scratch()
         out = python("""

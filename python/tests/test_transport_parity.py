@@ -307,6 +307,62 @@ class TransportParity(unittest.TestCase):
             self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
             self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [1], launcher)
 
+    def test_a_rank_that_crosses_the_headroom_threshold_is_one_headroom_archive_and_the_job_goes_on(self):
+        # Issue 42: rank 1 keeps 256 MiB a batch from one function (keep) on an 8 GiB device; the others hold 6 GiB.
+        # OOMFLIGHT_HEADROOM_DUMP=0.9 is 7.20 GiB: rank 1 crosses it at batch 4 (7.25 GiB reserved). Exactly one
+        # archive, of kind headroom, of every rank, rank 1 its origin; the forecast's warning comes before it; the
+        # report's growing call sites name keep's line, and no other; and the job ends as it would without oomflight.
+        results = self.scenario("""
+            if os.environ["TEST_OOMFLIGHT"] == "1":  # the job without oomflight does not import it
+                import oomflight
+                MiB, GiB = 1 << 20, 1 << 30
+                reserved = 6 * GiB
+
+                def keep(batch):
+                    oomflight.record("alloc", 0, 0x7f0000000000 + batch * 256 * MiB, 256 * MiB)
+
+                def work(batch):
+                    oomflight.record("alloc", 0, 0x10000000, 64 * MiB)
+                    oomflight.record("free_requested", 0, 0x10000000, 64 * MiB)
+                    oomflight.record("free_completed", 0, 0x10000000, 64 * MiB)  # as torch's trace ends a free
+
+                for batch in range(9):
+                    oomflight.mark_batch(batch)
+                    work(batch)
+                    if rank == 1:
+                        keep(batch)
+                        reserved += 256 * MiB
+                    oomflight.set_memory(0, allocated=reserved - 6 * GiB, reserved=reserved, capacity=8 * GiB)
+                    dist.barrier()
+                    time.sleep(0.2)
+            time.sleep(2)  # the dump's writes, on the watchers
+        """, OOMFLIGHT_HEADROOM_DUMP="0.9")
+        self.assert_like_the_job_without(results)
+        for launcher, (base, watched) in results.items():
+            log = watched["log"]
+            self.assertEqual(watched["rc"], 0, f"{launcher}:\n{log[-3000:]}")
+            self.assertEqual(len(watched["files"]), 1, f"{launcher}: {watched['files']}\n{log[-3000:]}")
+            a = read_archive(watched["files"][0])
+            self.assertEqual(a["attrs"]["kind"], "headroom", launcher)
+            self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
+            self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [1], launcher)
+            self.assertEqual(int(a["attrs"]["dump_batch"]), 4, launcher)
+            crossed = log.find("rank 1 crossed the headroom threshold at batch 4: device 0: reserved 7.25 GiB of its "
+                               "8.00 GiB capacity, over OOMFLIGHT_HEADROOM_DUMP=90% (7.20 GiB); archive ")
+            forecast = log.find("rank 1: peak reserved grows 256.00 MiB a batch over batches 0-")
+            self.assertGreaterEqual(crossed, 0, f"{launcher}:\n{log[-3000:]}")
+            self.assertTrue(0 <= forecast < crossed, f"{launcher}:\n{log[-3000:]}")
+            report = report_of(watched["files"][0])
+            self.assertIn("rank 1 at batch 4: crossed the headroom threshold; device capacity 8.00 GiB", report)
+            growing = report[report.index("call sites whose live bytes grew"):]
+            self.assertEqual(growing.count(" a batch over batches "), 1, f"{launcher}:\n{report}")  # one site
+            self.assertIn("rank 1: +256.00 MiB a batch over batches 0-", growing, f"{launcher}:\n{report}")
+            self.assertRegex(growing, r"\n +keep \([^)]*job\.py:\d+\)\n", f"{launcher}:\n{report}")
+            self.assertNotIn("work (", growing, f"{launcher}:\n{report}")
+            # The trend of peaks holds one row per batch: rank 1 rises 256 MiB a batch exactly, no other rank rises.
+            self.assertIn("rank 1: peak reserved grows 256.00 MiB a batch over batches 0-", report)
+            self.assertEqual(report.count("no rising trend in peak reserved"), WORLD - 1, f"{launcher}:\n{report}")
+
     def test_a_snapshot_window_that_closes_at_once_is_one_archive_of_every_rank(self):
         # skip 0, interval 1: the window of batch 0 closes at the job's first batch mark, before or after the
         # ranks' start-up agreement (issue 40: over the store, each rank wrote its own file under its provisional

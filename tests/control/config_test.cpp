@@ -77,6 +77,22 @@ TEST(Config, ErrorsNameTheVariableAndTheValue) {
   }
 }
 
+TEST(Config, TheHeadroomThresholdIsAFractionOrAPercentageOfTheLimit) {
+  EXPECT_EQ(from({}).headroom_ppm, 0u);  // off unless set
+  EXPECT_EQ(from({{"OOMFLIGHT_HEADROOM_DUMP", "0.9"}}).headroom_ppm, 900000u);
+  EXPECT_EQ(from({{"OOMFLIGHT_HEADROOM_DUMP", "90%"}}).headroom_ppm, 900000u);
+  EXPECT_EQ(from({{"OOMFLIGHT_HEADROOM_DUMP", "92.5%"}}).headroom_ppm, 925000u);
+  EXPECT_EQ(from({{"OOMFLIGHT_HEADROOM_DUMP", "1"}}).headroom_ppm, 1000000u);
+  EXPECT_EQ(from({{"OOMFLIGHT_HEADROOM_DUMP", ""}}).headroom_ppm, 0u);
+  for (const std::string bad : {"0", "1.5", "150%", "-0.1", "abc", "90 %", "%", "nan", "0.9x"}) {
+    const std::string message = error_of({{"OOMFLIGHT_HEADROOM_DUMP", bad}});
+    EXPECT_NE(message.find("OOMFLIGHT_HEADROOM_DUMP='" + bad + "'"), std::string::npos) << bad << ": " << message;
+  }
+  EXPECT_EQ(error_of({{"OOMFLIGHT_HEADROOM_DUMP", "150%"}}),
+            "OOMFLIGHT_HEADROOM_DUMP='150%': must be above 0 and at most 1 (100%): a share of the device's capacity or "
+            "cap");
+}
+
 TEST(Config, RunNamesUpToTheLimitInAnyScriptAreKept) {
   const std::string longest(kMaxRunNameBytes, 'r');
   for (const std::string& name : {longest, std::string("llama-3.1-8b"), std::string("\xe8\xae\xad\xe7\xbb\x83-run"),

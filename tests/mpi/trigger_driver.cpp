@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   const int stall = argc > 3 ? std::atoi(argv[3]) : -1;
   const std::string kind_name = argc > 4 ? argv[4] : "oom";
   int kind = -1;
-  const char* kinds[] = {"oom", "snapshot", "signal", "exit"};
+  const char* kinds[OOMFLIGHT_DUMP_KIND_COUNT] = {"oom", "snapshot", "signal", "exit", "headroom"};
   for (int k = 0; k < OOMFLIGHT_DUMP_KIND_COUNT; ++k) {
     if (kind_name == kinds[k]) kind = k;
   }

@@ -186,10 +186,12 @@ const char* against_peers_words(AgainstPeers judgement) {
   return "";
 }
 
-std::string device_figures_text(const RankSummary& s) {
+std::string device_figures_text(const RankSummary& s, bool at_failure) {
   const RankRow& r = s.row;
-  std::string text = fmt::format("device free {} of {}", format_bytes(r.device_free_bytes),
-                                 r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "unknown");
+  const std::string capacity = r.device_capacity_bytes ? format_bytes(r.device_capacity_bytes) : "unknown";
+  std::string text = r.device_free_bytes == 0 && !at_failure
+                         ? fmt::format("device capacity {} (its free memory was not published)", capacity)
+                         : fmt::format("device free {} of {}", format_bytes(r.device_free_bytes), capacity);
   if (s.limit_is_cap) {
     text += fmt::format("; this process may use {}{} (its per-process cap, torch's memory fraction)",
                         format_bytes(r.memory_cap_bytes), r.device_capacity_bytes ? " of it" : "");

@@ -64,6 +64,8 @@ static_assert(OOMFLIGHT_DUMP_OOM == static_cast<int>(DumpKind::oom));
 static_assert(OOMFLIGHT_DUMP_SNAPSHOT == static_cast<int>(DumpKind::snapshot));
 static_assert(OOMFLIGHT_DUMP_SIGNAL == static_cast<int>(DumpKind::signal));
 static_assert(OOMFLIGHT_DUMP_EXIT == static_cast<int>(DumpKind::exit));
+static_assert(OOMFLIGHT_DUMP_HEADROOM == static_cast<int>(DumpKind::headroom));
+static_assert(OOMFLIGHT_DUMP_KIND_COUNT == oomflight::kDumpKindCount);
 static_assert(OOMFLIGHT_DUMP_KIND_COUNT == oomflight::kDumpKindCount);
 static_assert(OOMFLIGHT_DUMP_ARCHIVE == static_cast<int>(DumpResult::Status::archive));
 static_assert(OOMFLIGHT_DUMP_RANK_LOCAL == static_cast<int>(DumpResult::Status::rank_local));
@@ -565,7 +567,7 @@ int oomflight_set_memory(int device, const struct oomflight_memory* memory) {
                                      memory->peak_allocated_bytes,  memory->peak_reserved_bytes,
                                      memory->device_capacity_bytes, memory->device_free_bytes,
                                      has_cap ? memory->memory_cap_bytes : 0};
-  if (!session->recorder().set_memory(device, stats)) {
+  if (!session->set_memory(device, stats)) {
     return failf(OOMFLIGHT_EINVAL, "oomflight_set_memory: device {} is outside 0 .. {}", device,
                                               oomflight::kMaxDevices - 1);
   }

@@ -87,6 +87,24 @@ std::size_t parse_max_entries(std::string_view text) {
   return n;
 }
 
+// OOMFLIGHT_HEADROOM_DUMP: a share of the rank's limit, written as a fraction ("0.9") or a percentage ("90%"),
+// above 0 and at most 1. Empty: off. Returned as parts per million, so that the check compares integers.
+std::uint32_t parse_headroom(std::string_view text) {
+  if (text.empty()) return 0;
+  const bool percent = text.back() == '%';
+  if (percent) text.remove_suffix(1);
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !(v == v)) {
+    throw std::invalid_argument("not a fraction of the limit such as 0.9, nor a percentage such as 90%");
+  }
+  if (percent) v /= 100;
+  if (!(v > 0 && v <= 1)) {
+    throw std::invalid_argument("must be above 0 and at most 1 (100%): a share of the device's capacity or cap");
+  }
+  return static_cast<std::uint32_t>(v * 1e6 + 0.5);
+}
+
 FilenameTemplate parse_file_template(std::string_view text, bool per_rank) {
   FilenameTemplate t(text);
   if (t.text().empty()) throw std::invalid_argument("must not be empty");
@@ -236,6 +254,13 @@ std::vector<OptionSpec> make_table() {
        "bounded by OOMFLIGHT_DUMP_TIMEOUT, and a sender's grace period shorter than the dump cuts it short. One "
        "dump per ending: a SIGTERM after an exit dump (a launcher's teardown) ends the process at once.",
        [](Config& c, std::string_view v) { c.dump_on_exit = parse_bool(v); }},
+      {"OOMFLIGHT_HEADROOM_DUMP", "fraction", "",
+       "Headroom: the first time a rank's reserved memory (its caching allocator's) crosses this share of its limit "
+       "(the per-process cap where one is set, else the device's capacity), every rank writes its history into one "
+       "archive of kind headroom, and the job goes on. Another comes only once that rank fell back 5 points below "
+       "it. 0.9 or 90%; empty: off. Checked only where reserved changes (a segment event, oomflight_set_memory): an "
+       "allocation costs it one compare, and the dump runs on oomflight's own thread, never the allocating one.",
+       [](Config& c, std::string_view v) { c.headroom_ppm = parse_headroom(v); }},
       {"OOMFLIGHT_LIBRARY", "path", "",
        "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: the package's "
        "own (a pip install's), then beside the `oomflight` on PATH, then the loader's search path.",

@@ -42,6 +42,11 @@ class DumpCoordinator {
   virtual bool take_snapshot(const SnapshotWindow& window,
                              const std::function<FrozenHistory(std::vector<Event>)>& freeze) = 0;
 
+  /// Whether this rank's dumps are coordinated with the other ranks' now (MPI: always; the store: once the ranks
+  /// agreed to). Where not, and no agreement is to come, what the watcher would have dumped (a headroom crossing) is
+  /// the session's to write alone.
+  virtual bool coordinates() = 0;
+
   /// Whether the ranks' start-up agreement is still to come (a dump or a snapshot waits for it: issue 40).
   virtual bool agreeing() = 0;
 

@@ -196,7 +196,8 @@ DumpRequest complete_from_message(DumpRequest r, bool device_published) {
 }
 
 std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins, std::int64_t batch,
-                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes, std::uint32_t from_message) {
+                         std::uint64_t requested_bytes, std::uint64_t device_free_bytes, std::uint32_t from_message,
+                         std::string_view reason) {
   const std::string who = fmt::format("{} {}", origins.size() == 1 ? "rank" : "ranks", fmt::join(origins, ", "));
   if (kind == DumpKind::oom) {
     const bool requested_read = (from_message & kFromMessageRequested) != 0;
@@ -207,6 +208,10 @@ std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins
                                                      : "";
     return fmt::format("{} out of memory at batch {} (requested {}, {} free{})", who, batch,
                        format_bytes(requested_bytes), format_bytes(device_free_bytes), source);
+  }
+  if (kind == DumpKind::headroom) {
+    return fmt::format("{} crossed the headroom threshold at batch {}{}{}", who, batch, reason.empty() ? "" : ": ",
+                       reason);
   }
   const std::string_view name = dump_kind_name(kind);
   const bool vowel = !name.empty() && std::string_view("aeiou").find(name.front()) != std::string_view::npos;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oomflight/control/config.hpp"
@@ -83,10 +84,12 @@ class DumpExecutor {
 /// The one line a dump's origin logs: "rank 2 out of memory at batch 7 (requested 2.00 GiB, 1.31 GiB free)" for
 /// an oom dump, "rank 0 asked for a signal dump at batch 7" for the others; several origins are listed. With
 /// `from_message` (kFromMessage* bits) the figures say they are the error message's: "(requested 2.00 GiB, 1.31 GiB
-/// free, as the error's message states them)".
+/// free, as the error's message states them)". A headroom dump says what crossed and where, from its origin's
+/// `reason` (HeadroomWatch::take's words): "rank 1 crossed the headroom threshold at batch 5: device 0: reserved
+/// 7.25 GiB of its 8.00 GiB capacity, over OOMFLIGHT_HEADROOM_DUMP=90% (7.20 GiB)"; other kinds ignore `reason`.
 std::string dump_summary(DumpKind kind, const std::vector<std::int32_t>& origins, std::int64_t batch,
                          std::uint64_t requested_bytes, std::uint64_t device_free_bytes,
-                         std::uint32_t from_message = 0);
+                         std::uint32_t from_message = 0, std::string_view reason = {});
 
 /// Logs the root cause on this rank's stderr, before any step another rank could block or a teardown could cut
 /// short: "rank 2 out of memory at batch 7 (...), writing the history of every rank: <reason>" (error for an oom

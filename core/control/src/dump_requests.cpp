@@ -98,7 +98,8 @@ std::optional<DumpResult> DumpRequests::request(std::unique_lock<std::mutex>& lo
 
 bool DumpRequests::queue(const DumpRequest& request) {
   if (busy()) return false;
-  FrozenHistory h = recorder_.freeze();
+  FrozenHistory h = recorder_.freeze(request.device);
+  if (request.batch >= 0) h.batch = request.batch;  // a headroom dump: the batch of the crossing
   announce_dump(request, rank_, h.batch);
   pending_ = Pending{std::move(h), request, 0};
   ready_ = true;

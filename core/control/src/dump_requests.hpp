@@ -68,8 +68,8 @@ class DumpRequests {
   /// Whether a dump is asked for or under way: a signal's request is covered by it. Mutex held.
   bool busy() const { return pending_.has_value() || ledger_.under_way(); }
 
-  /// The watcher's own request (SIGUSR1, SIGTERM's exit dump), mutex held: freezes this rank and queues it, for the
-  /// watcher to run now. false when a dump is asked for or under way (it covers the request).
+  /// The watcher's own request (SIGUSR1, SIGTERM's exit dump, a headroom crossing: of the request's device and batch
+  /// where it names them), mutex held: freezes this rank and queues it, for the watcher to run now. false when a dump is asked for or under way (it covers the request).
   bool queue(const DumpRequest& request);
 
   /// Whether a request waits for the watcher and its dump is the next (number() has come to it). Mutex held.

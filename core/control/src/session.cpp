@@ -21,6 +21,7 @@
 #include "dump_coordinator.hpp"
 #include "snapshot_dump.hpp"
 #include "peak_forecast.hpp"
+#include "headroom_watch.hpp"
 #include "store_protocol.hpp"
 #include "trigger_protocol.hpp"
 
@@ -54,6 +55,7 @@ Session::Session(Config config, MPI_Comm world)
     set_log_rank(identity_.rank);
     recorder_.context().set_environment(capture_environment(identity_, config_));
     executor_ = std::make_unique<DumpExecutor>(config_, identity_);
+    if (config_.enabled && config_.headroom_ppm > 0) headroom_ = std::make_unique<HeadroomWatch>(config_.headroom_ppm);
   } catch (const std::bad_alloc&) {
     // Not a bad_alloc: that one means "before any collective" to the caller (refuse_start_up).
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
@@ -78,7 +80,7 @@ Session::Session(Config config, MPI_Comm world)
     MPI_Comm_free(&comm);
     return;
   }
-  coordinator_ = std::make_unique<TriggerProtocol>(config_, identity_, recorder_, *executor_, comm);
+  coordinator_ = std::make_unique<TriggerProtocol>(config_, identity_, recorder_, *executor_, comm, headroom_.get());
   view_.store(coordinator_.get(), std::memory_order_release);
 }
 
@@ -111,6 +113,7 @@ Session::~Session() {
     // The watcher is stuck inside a dump and still refers to this session: keep the parts it uses alive.
     (void)coordinator_.release();
     (void)executor_.release();
+    (void)headroom_.release();
   }
 }
 
@@ -167,7 +170,7 @@ void Session::join_store(std::unique_ptr<StoreClient> store, int rank, int world
   set_log_rank(rank);
   recorder_.context().set_environment(capture_environment(identity_, config_));
   coordinator_ = std::make_unique<StoreProtocol>(config_, identity_, batch_mutex_, files_mutex_, recorder_, *executor_,
-                                                 std::move(store));
+                                                 std::move(store), headroom_.get());
   view_.store(coordinator_.get(), std::memory_order_release);
 }
 
@@ -209,10 +212,34 @@ void Session::mark_batch(std::int64_t batch) {
       log().warn("rank {}: {}", identity_.rank, *line);
     }
   }
+  if (headroom_ && headroom_->pending()) dump_crossing_alone();
   if (const auto w = schedule_.closed_by(previous, batch)) {
     if (!await_agreement(lock)) return;
     take_snapshot(*w);
   }
+}
+
+bool Session::set_memory(int device, const MemoryStats& stats) noexcept {
+  if (!recorder_.set_memory(device, stats)) return false;
+  if (headroom_) headroom_->observe(device, stats, recorder_.batch());
+  return true;
+}
+
+void Session::dump_crossing_alone() {
+  // A watcher that coordinates this rank's dumps takes the crossing at its next turn (take_signals); while the ranks'
+  // start-up agreement is still to come it waits for that. Otherwise no watcher will: written here, by this rank.
+  if (DumpCoordinator* c = coordinator_.get(); c != nullptr && (c->coordinates() || c->agreeing())) return;
+  std::optional<DumpRequest> request;
+  try {
+    request = headroom_->take();
+  } catch (const std::exception& e) {
+    log().error("the headroom dump was not written: {}", e.what());
+    return;
+  }
+  if (!request) return;
+  std::string alone;
+  if (identity_.world_size > 1) alone = coordinator_ ? coordinator_->why_alone() : alone_because_;
+  (void)dump_alone(*request, alone);
 }
 
 bool Session::await_agreement(std::unique_lock<std::mutex>& batch_lock) {
@@ -287,10 +314,10 @@ DumpResult Session::dump_alone(const DumpRequest& request, const std::string& al
   if (request.batch >= 0) h.batch = request.batch;
   const std::vector<std::int32_t> me = {identity_.rank};
   // The root cause first (as the trigger protocol does), before any file is touched.
-  const std::string cause = dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes,
-                                         request.numbers_from_message);
+  const std::string summary = dump_summary(request.kind, me, h.batch, request.requested_bytes,
+                                           request.device_free_bytes, request.numbers_from_message, request.reason);
   if (request.kind == DumpKind::oom) {
-    log().error("{}{}{}", cause, request.reason.empty() ? "" : ": ", request.reason);
+    log().error("{}{}{}", summary, request.reason.empty() ? "" : ": ", request.reason);
   }
   const std::string note = alone.empty() ? "" : fmt::format(" (written by this rank alone, {})", alone);
   const ArchiveHeader header = executor_->header(
@@ -300,9 +327,6 @@ DumpResult Session::dump_alone(const DumpRequest& request, const std::string& al
   DumpResult r =
       executor_->write_single_rank(header, executor_->rank_row(h, true, request), h, h.batch, &request.state);
   r.seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
-  const std::string summary =
-      dump_summary(request.kind, me, h.batch, request.requested_bytes, request.device_free_bytes,
-                   request.numbers_from_message);
   switch (r.status) {
     case DumpResult::Status::archive:
       log().info("{}; archive {} written in {}", summary, r.path, format_seconds(r.seconds));

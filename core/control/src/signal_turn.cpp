@@ -6,7 +6,7 @@ namespace oomflight {
 
 SignalTurn take_signals(DumpRequests& requests, const DumpLedger& ledger, SignalDumpLimiter& limiter,
                         std::chrono::milliseconds interval, bool usr1, bool term, bool leaving, bool dump_on_exit,
-                        bool coordinated) {
+                        bool coordinated, HeadroomWatch* headroom) {
   SignalTurn turn;
   if (usr1 && take_dump_signal()) {
     if (!coordinated) {
@@ -22,6 +22,10 @@ SignalTurn take_signals(DumpRequests& requests, const DumpLedger& ledger, Signal
     const SigtermPlan plan = plan_sigterm(ledger.exit_dumped(), leaving, dump_on_exit, coordinated);
     if (plan.exit_dump) (void)requests.queue(signal_request(DumpKind::exit));  // a request waiting covers it
     turn.end_why = plan.why;
+  }
+  // After SIGTERM's plan: an exit dump queued goes first. A crossing taken is queued at once (nothing is busy).
+  if (headroom != nullptr && coordinated && !requests.busy() && headroom->pending()) {
+    if (auto request = headroom->take()) (void)requests.queue(*request);
   }
   return turn;
 }

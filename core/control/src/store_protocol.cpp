@@ -85,10 +85,10 @@ std::optional<std::vector<std::int32_t>> to_ranks(const std::string& text) {
 
 StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex,
                              std::mutex& files_mutex, Recorder& recorder, DumpExecutor& executor,
-                             std::unique_ptr<StoreClient> store)
+                             std::unique_ptr<StoreClient> store, HeadroomWatch* headroom)
     : config_(config), id_(identity), identity_mutex_(identity_mutex), recorder_(recorder), executor_(executor),
       store_(std::make_unique<StoreHandle>(std::move(store))), pacing_(store_pacing(config.poll_interval, identity.world_size)),
-      files_mutex_(files_mutex) {
+      files_mutex_(files_mutex), headroom_(headroom) {
   // Rank 0 gives up on missing hellos after one deadline; the others wait for its verdict one deadline more (rank 0
   // may have started later than they did).
   agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout) * (identity.rank == 0 ? 1 : 2);
@@ -361,7 +361,7 @@ void StoreProtocol::take_signal_turn() {
     // thread's); SIGTERM at once, whatever the state (torchrun's SIGKILL follows 30 s later).
     turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval,
                         dump_signal_ && state_ != State::agreeing, exit_signal_, left_, config_.dump_on_exit,
-                        state_ == State::agreed);
+                        state_ == State::agreed, headroom_);
   }
   if (turn.usr1_alone) {
     log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
@@ -390,6 +390,11 @@ bool StoreProtocol::state_off() {
 bool StoreProtocol::agreed() {
   std::lock_guard lock(mutex_);
   return state_ == State::agreed && !stop_;
+}
+
+bool StoreProtocol::coordinates() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::agreed;
 }
 
 bool StoreProtocol::agreeing() {
@@ -925,7 +930,7 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
   const bool in_archive =
       merged_ok && std::find(merged_ranks.begin(), merged_ranks.end(), me) != merged_ranks.end();
   const std::string what = dump_summary(cause.kind, origins, cause.batch, cause.requested_bytes,
-                                        cause.device_free_bytes, cause.numbers_from_message);
+                                        cause.device_free_bytes, cause.numbers_from_message, cause.reason);
   const bool speaks = is_origin && me == cause.origin;  // one line per dump, from the origin that named it
   if (in_archive) {
     r.status = DumpResult::Status::archive;

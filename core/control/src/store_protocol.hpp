@@ -64,10 +64,11 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
   /// `identity` already holds this rank's rank, world size and local rank; its run name and job id are replaced by
   /// rank 0's once the ranks agree (on the watcher thread, under `identity_mutex`, which whoever reads them outside
   /// a dump holds: the session's batch lock). Publishes this rank's hello
-  /// and starts the watcher; never waits for another rank. All references must outlive the protocol.
+  /// and starts the watcher; never waits for another rank. All references must outlive the protocol; `headroom`
+  /// (may be null) too: its crossings are this watcher's to dump once the ranks agreed (take_signals).
   StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex, std::mutex& files_mutex,
-                Recorder& recorder,
-                DumpExecutor& executor, std::unique_ptr<StoreClient> store);
+                Recorder& recorder, DumpExecutor& executor, std::unique_ptr<StoreClient> store,
+                HeadroomWatch* headroom = nullptr);
   ~StoreProtocol();
   StoreProtocol(const StoreProtocol&) = delete;
   StoreProtocol& operator=(const StoreProtocol&) = delete;
@@ -90,6 +91,8 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
 
   /// Whether the ranks' start-up agreement is still to come (neither agreed nor off). Thread-safe.
   bool agreeing() override;
+  /// Whether the ranks agreed to coordinate their dumps (not yet while agreeing; never when they did not).
+  bool coordinates() override;
 
   /// Waits for the start-up agreement, within its bound (2 x OOMFLIGHT_DUMP_TIMEOUT from the join, as a dump
   /// asked for before it waits), and returns agreed(): a snapshot window that closes before the agreement is written
@@ -264,6 +267,7 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
   bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
   SignalDumpLimiter signal_limiter_;  // the watcher's
+  HeadroomWatch* const headroom_;     // the session's (OOMFLIGHT_HEADROOM_DUMP), or null
   std::int64_t store_failures_ = 0;
   std::mutex peers_mutex_;  // node_peers_ has one caller at a time (the watcher, a dump's wait, the leave agreement)
   std::unique_ptr<PeerProcesses> node_peers_;  // the processes of this node's other ranks (peers_mutex_)

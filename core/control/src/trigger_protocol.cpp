@@ -115,8 +115,8 @@ std::array<std::int64_t, 3>& new_outgoing_message() {
 }  // namespace
 
 TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& identity, Recorder& recorder,
-                                 const DumpExecutor& executor, MPI_Comm comm)
-    : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm) {
+                                 const DumpExecutor& executor, MPI_Comm comm, HeadroomWatch* headroom)
+    : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm), headroom_(headroom) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
   NodePeers node = exchange_node_peers(comm_, id_.rank, doorbell_.address());
   node_doorbells_ = std::move(node.doorbells);
@@ -274,7 +274,7 @@ void TriggerProtocol::watch_until_stopped() {
         // The handler of SIGTERM is installed only with OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this
         // protocol was made.
         const SignalTurn turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval, true,
-                                             exit_installed_, leaving_, true, true);
+                                             exit_installed_, leaving_, true, true, headroom_);
         if (turn.end_why != nullptr) {
           exiting_ = true;
           exit_why_ = turn.end_why;
@@ -670,7 +670,9 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   r.batch = batch;
   r.seconds = seconds_since(start_ns);
   if (id_.rank == lowest.rank) {
-    say_archive_written(dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes), r);
+    say_archive_written(dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes, 0,
+                                     fixed_string(lowest.reason)),
+                        r);
     prune_archives(r.path, id_.run_name, id_.job_id, config_);  // one rank prunes: the one that names the archive
   }
   return r;
@@ -692,7 +694,7 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
   r.batch = batch;
   r.error = why;
   const std::string summary = dump_summary(v.kind, header.origin_ranks, batch, request.requested_bytes,
-                                           request.device_free_bytes, request.numbers_from_message);
+                                           request.device_free_bytes, request.numbers_from_message, request.reason);
   try {
     if (safety_path_.empty()) {
       const std::string path = executor_.write_rank_local(header, row, h, batch, Durability::verified, &request.state);

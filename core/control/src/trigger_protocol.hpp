@@ -38,9 +38,10 @@ namespace oomflight {
 class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Transport {
  public:
   /// Collective over `comm` (already duplicated for us; we own it). Posts the trigger receive and starts the
-  /// watcher thread. References must outlive the protocol.
+  /// watcher thread. References must outlive the protocol; `headroom` (may be null) too: its crossings are this
+  /// watcher's to dump (take_signals).
   TriggerProtocol(const Config& config, const RankIdentity& identity, Recorder& recorder,
-                  const DumpExecutor& executor, MPI_Comm comm);
+                  const DumpExecutor& executor, MPI_Comm comm, HeadroomWatch* headroom = nullptr);
   ~TriggerProtocol();
 
   /// Freezes this rank's history at once, asks every rank to dump, and returns when the archive is closed, the
@@ -56,6 +57,8 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   bool take_snapshot(const SnapshotWindow& window,
                      const std::function<FrozenHistory(std::vector<Event>)>& freeze) override;
 
+  /// A rank that cannot be coordinated makes no TriggerProtocol: always.
+  bool coordinates() override { return true; }
   /// The ranks agreed before the protocol was made (settings_agreement.hpp): never agreeing.
   bool agreeing() override { return false; }
   bool await_agreement() override { return true; }
@@ -164,6 +167,7 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
   std::string safety_path_shared_;       // safety_path_, readable under mutex_
   SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
+  HeadroomWatch* const headroom_;            // the session's (OOMFLIGHT_HEADROOM_DUMP), or null
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)

@@ -3,6 +3,7 @@
 // readout under the mouse. Nothing the archive holds reaches the page unescaped: markup goes through html(),
 // the embedded data through json().
 #include "oomflight/export/html_report.hpp"
+#include "oomflight/export/origin_words.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -99,7 +100,6 @@ std::string signed_bytes(std::uint64_t to, std::uint64_t from) {
   return to >= from ? "+" + format_bytes(to - from) : "-" + format_bytes(from - to);
 }
 
-const char* origin_mark(const Archive& a) { return a.header.kind == "oom" ? "out of memory" : "asked for the dump"; }
 
 std::string percent(std::uint64_t part, std::uint64_t whole) {
   return whole ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole)) : "?";
@@ -488,7 +488,7 @@ std::string header_section(const Archive& a, const PostMortem& pm, const std::ve
           std::find_if(views.begin(), views.end(), [&](const RankView& v) { return v.s->row.rank == pm.origins[i]; });
       const std::string colour = it != views.end() ? it->colour : "#d62728";
       put(origins, "{}<span class=\"mark\" style=\"color:{}\">rank {} ({})</span>", i ? ", " : "", colour,
-          pm.origins[i], origin_mark(a));
+          pm.origins[i], origin_mark(a.header.kind));
     }
     if (pm.origins.size() > 1) origins += fmt::format(", rank {} failed first", pm.first_origin);
   }
@@ -517,8 +517,8 @@ std::string header_section(const Archive& a, const PostMortem& pm, const std::ve
       put(out, "<p><strong>rank {} at batch {}</strong>: requested {}, {}</p>\n", s.row.rank, s.row.batch,
           format_bytes(s.row.oom_requested_bytes), html(device_figures_text(s)));
     } else {
-      put(out, "<p><strong>rank {} at batch {}</strong>: asked for the {} dump; {}</p>\n", s.row.rank, s.row.batch,
-          html(h.kind), html(device_figures_text(s)));
+      put(out, "<p><strong>rank {} at batch {}</strong>: {}; {}</p>\n", s.row.rank, s.row.batch,
+          html(origin_deed(h.kind)), html(device_figures_text(s, false)));
     }
     const std::string reason = fixed_string(s.row.reason);
     if (!reason.empty()) put(out, "<pre>{}</pre>\n", html(reason));
@@ -581,7 +581,7 @@ std::string ranks_section(const Archive& a, const PostMortem& pm) {
         format_bytes(r.peak_reserved_bytes),
         s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
         s.limit_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
-        r.is_origin ? origin_mark(a) : "");
+        r.is_origin ? origin_mark(a.header.kind) : "");
   }
   out += "</table>\n</section>\n";
   return out;
@@ -641,7 +641,7 @@ std::string batches_section(const Archive& a, const PostMortem& pm) {
     } else {
       out += "<td></td><td></td>";
     }
-    put(out, "<td class=\"l mark\">{}</td></tr>\n", s.row.is_origin ? origin_mark(a) : "");
+    put(out, "<td class=\"l mark\">{}</td></tr>\n", s.row.is_origin ? origin_mark(a.header.kind) : "");
   }
   out += "</table>\n</section>\n";
   return out;
@@ -805,7 +805,7 @@ std::string headroom_section(const Archive& a, const PostMortem& pm) {
         format_bytes(r.peak_reserved_bytes),
         r.is_origin ? (a.header.kind == "oom" ? fmt::format("out of memory: {} requested",
                                                             format_bytes(r.oom_requested_bytes))
-                                              : std::string(origin_mark(a)))
+                                              : std::string(origin_mark(a.header.kind)))
                     : std::string());
   }
   out += "</table>\n<p class=\"note\">Bars: allocated (dark) and reserved (light) at the trigger, peak reserved "
@@ -1003,7 +1003,7 @@ std::string render_html_report(const Archive& a, const PostMortem& pm, std::size
     v.s = &s;
     v.colour = s.row.is_origin ? kOriginColours[origin_n++ % std::size(kOriginColours)]
                                : kPeerColours[peer_n++ % std::size(kPeerColours)];
-    v.label = fmt::format("rank {}{}", s.row.rank, s.row.is_origin ? fmt::format(" ({})", origin_mark(a)) : "");
+    v.label = fmt::format("rank {}{}", s.row.rank, s.row.is_origin ? fmt::format(" ({})", origin_mark(a.header.kind)) : "");
     views.push_back(std::move(v));
     replays.push_back(replay(a, s.row));
     longest = std::max(longest, replays.back().size());

@@ -1,6 +1,7 @@
 // The Chrome trace of an archive: see perfetto.hpp. JSON through nlohmann-json, which escapes every string the
 // archive holds (a hostile file cannot break the document).
 #include "oomflight/export/perfetto.hpp"
+#include "oomflight/export/origin_words.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -100,13 +101,12 @@ std::string render_perfetto(const Archive& a) {
     for (const BatchRow& b : a.batches_of(row.rank)) origin = std::min(origin, utc_ns(row, b.start_t_ns));
   }
   if (origin == std::numeric_limits<std::int64_t>::max()) origin = 0;
-  const bool oom_kind = a.header.kind == "oom";
   const CollectiveAnalysis collectives = analyze_collectives(a);
   json trace = json::array();
   for (const RankRow& row : a.ranks) {
     const int pid = row.rank;
     std::string name = fmt::format("rank {}", row.rank);
-    if (row.is_origin) name += oom_kind ? " (out of memory)" : " (asked for the dump)";
+    if (row.is_origin) name += fmt::format(" ({})", origin_mark(a.header.kind));
     trace.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
     trace.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", row.rank}}}});
     trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 0},

@@ -1,5 +1,6 @@
 // The text report: a PostMortem rendered for a terminal.
 #include "oomflight/export/text_report.hpp"
+#include "oomflight/export/origin_words.hpp"
 
 #include <algorithm>
 
@@ -18,7 +19,6 @@ namespace oomflight {
 namespace {
 
 // What the table marks an origin with: its failure, or its request.
-const char* origin_mark(const Archive& a) { return a.header.kind == "oom" ? "out of memory" : "asked for the dump"; }
 
 std::string signed_bytes(std::uint64_t to, std::uint64_t from) {
   return to >= from ? "+" + format_bytes(to - from) : "-" + format_bytes(from - to);
@@ -75,7 +75,7 @@ std::string batch_peaks(const Archive& a, const PostMortem& pm, std::size_t colu
                                       : "?";
       out += fmt::format(" {:>11} {:>9}", signed_bytes(last->peak_allocated_bytes, first->peak_allocated_bytes), share);
     }
-    out += s.row.is_origin ? std::string("  <- ") + origin_mark(a) + "\n" : "\n";
+    out += s.row.is_origin ? std::string("  <- ") + origin_mark(a.header.kind) + "\n" : "\n";
   }
   if (growth.size() > 1 && batches.size() > 1) {
     const auto grew = [](const Growth& g) {
@@ -230,9 +230,8 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   for (const auto& s : pm.ranks) {
     if (!s.row.is_origin) continue;
     if (h.kind != "oom") {
-      const bool vowel = !h.kind.empty() && std::string_view("aeiou").find(h.kind.front()) != std::string_view::npos;
-      line(fmt::format("  rank {} at batch {}: asked for {} {} dump; {}", s.row.rank, s.row.batch, vowel ? "an" : "a",
-                       printable(h.kind), device_figures_text(s)));
+      line(fmt::format("  rank {} at batch {}: {}; {}", s.row.rank, s.row.batch, origin_deed(printable(h.kind)),
+                       device_figures_text(s, false)));
       const std::string reason = printable(fixed_string(s.row.reason));
       if (!reason.empty()) line(fmt::format("    {}", reason));
       out += context_lines(a, s.row.rank);
@@ -257,7 +256,7 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
                      format_bytes(r.peak_allocated_bytes), format_bytes(r.peak_reserved_bytes),
                      s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
                      s.limit_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
-                     r.is_origin ? std::string("  <- ") + origin_mark(a) : ""));
+                     r.is_origin ? std::string("  <- ") + origin_mark(a.header.kind) : ""));
   }
   if (const std::string peaks = batch_peaks(a, pm, 8); !peaks.empty()) {
     line("");

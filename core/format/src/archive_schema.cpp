@@ -5,7 +5,7 @@
 
 namespace oomflight {
 namespace {
-constexpr std::array<std::string_view, kDumpKindCount> kKindNames = {"oom", "snapshot", "signal", "exit"};
+constexpr std::array<std::string_view, kDumpKindCount> kKindNames = {"oom", "snapshot", "signal", "exit", "headroom"};
 }  // namespace
 
 std::string_view dump_kind_name(DumpKind kind) { return name_at(kKindNames, static_cast<std::size_t>(kind)); }

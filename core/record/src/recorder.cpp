@@ -44,6 +44,10 @@ void Recorder::mark_batch(std::int64_t batch) noexcept {
     const std::lock_guard lock(batch_mutex_);
     const std::int64_t now = monotonic_ns();
     const std::int64_t ended = batch_.load(std::memory_order_relaxed);
+    // The running batch marked again: one batch, not a second row of the same number (`oomflight run` marks batch 0
+    // at start for the optimizer hook, and a job that numbers its own batches marks batch 0 too: two rows of batch
+    // 0, the first of zeros, made every rank's trend of peaks a false one).
+    if (batch == ended) return;
     if (ended >= 0) {
       last_ended_ = running_row(running_, ended, now);
       batches_.push(*last_ended_);

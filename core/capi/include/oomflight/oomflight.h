@@ -73,7 +73,8 @@ enum oomflight_dump_kind {
   OOMFLIGHT_DUMP_SNAPSHOT = 1,  /**< a schedule's window closed */
   OOMFLIGHT_DUMP_SIGNAL = 2,    /**< on demand */
   OOMFLIGHT_DUMP_EXIT = 3,      /**< the job is being torn down */
-  OOMFLIGHT_DUMP_KIND_COUNT = 4
+  OOMFLIGHT_DUMP_HEADROOM = 4,  /**< a rank's memory crossed OOMFLIGHT_HEADROOM_DUMP (since 0.3) */
+  OOMFLIGHT_DUMP_KIND_COUNT = 5
 };
 
 /** What a dump wrote, as the rank that asked for it sees it. */
@@ -325,7 +326,9 @@ OOMFLIGHT_API int oomflight_rank(int* rank, int* world_size);
 OOMFLIGHT_API int oomflight_record(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                    int32_t stack_id);
 
-/** Starts batch `batch` (>= 0) and records a step event. Wait-free.
+/** Starts batch `batch` (>= 0) and records a step event; the running batch marked again stays that batch (no
+ *  second row of it: `oomflight run` marks batch 0 at start, and a job that numbers its batches marks 0 too).
+ *  Wait-free.
  *  Returns OOMFLIGHT_OK, OOMFLIGHT_EINVAL (batch < 0) or OOMFLIGHT_ESTATE. */
 OOMFLIGHT_API int oomflight_mark_batch(int64_t batch);
 

@@ -103,8 +103,11 @@ OOMFLIGHT_API const char* against_peers_words(AgainstPeers judgement);
 /// A rank's device figures for a sentence: "device free 1.23 GiB of 79.19 GiB", then, when the process has its own
 /// cap, "; this process may use 4.00 GiB of it (its per-process cap, torch's memory fraction)", and, when figures
 /// came from the error's message (RankRow::numbers_from_message), which ones, e.g. " (the request, the device's
-/// figures as the error's message states them: no allocator hook saw the failure)". Plain text.
-OOMFLIGHT_API std::string device_figures_text(const RankSummary& summary);
+/// figures as the error's message states them: no allocator hook saw the failure)". Plain text. `at_failure`: the
+/// figures are an OOM origin's, whose free 0 is the allocator's own figure (the device was full); elsewhere a free of
+/// 0 is one never published (the PyTorch extension publishes the driver's free figure only at a failure), and the
+/// text gives the capacity alone: "device capacity 8.00 GiB (its free memory was not published)".
+OOMFLIGHT_API std::string device_figures_text(const RankSummary& summary, bool at_failure = true);
 
 /// Live bytes of one rank's history at the freeze by stack id (kNoStack included): blocks allocated in the
 /// history and not freed (free_completed), at their recorded size. Pure; thread-safe.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -55,6 +56,8 @@ struct OOMFLIGHT_API Config {
   /// SIGUSR1 dumps closer than this to the last one are skipped (a burst of signals is one dump); 0: none skipped
   std::chrono::milliseconds signal_dump_interval{10000};
   bool dump_on_exit = false;          ///< on SIGTERM, dump every rank (kind exit), then end as SIGTERM would
+  /// OOMFLIGHT_HEADROOM_DUMP in parts per million of the rank's limit (900000: 90%); 0: off (headroom_watch.hpp)
+  std::uint32_t headroom_ppm = 0;
   std::string log_level = "info";
   /// Every setting given (by the environment or explicitly), as its variable's name and text, in table order: what
   /// an archive's /context records as the run's OOMFLIGHT_* settings.

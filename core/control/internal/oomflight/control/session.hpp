@@ -47,11 +47,17 @@ class Session {
   /// The recorder; its record() is the hot path.
   Recorder& recorder() { return recorder_; }
 
+  /// Publishes `device`'s figures (Recorder::set_memory) and, under OOMFLIGHT_HEADROOM_DUMP, checks them against the
+  /// threshold (HeadroomWatch::observe: lock-free, no allocation): a crossing is dumped by the watcher, or at the next
+  /// mark_batch where no watcher coordinates this rank's dumps; never here (this may be inside torch's allocator).
+  /// Returns false, and stores nothing, for a device outside 0 .. kMaxDevices - 1. Thread-safe; never throws.
+  bool set_memory(int device, const MemoryStats& stats) noexcept;
+
   /// Starts batch `batch` (Recorder::mark_batch). When that ends a snapshot window of the schedule
   /// (OOMFLIGHT_SKIP_BATCHES, OOMFLIGHT_INTERVAL, OOMFLIGHT_SNAPSHOT_EVERY), freezes this rank's history and hands it
   /// to the watcher, which writes it with every rank once they all have: the caller never waits for another rank
   /// (the freeze is its only cost, about 1 ms per 100,000 events). Without a watcher (one process) the snapshot
-  /// is written here. Thread-safe.
+  /// is written here, and so is the headroom dump of a crossing that no watcher takes (set_memory). Thread-safe.
   void mark_batch(std::int64_t batch);
 
   /// Freezes this rank's history at once (the gauges of request.device), asks every rank to dump, and returns
@@ -110,6 +116,9 @@ class Session {
   // This rank's history alone; `alone`: why, when its launcher numbered it one of several ("" for a job of one).
   DumpResult dump_alone(const DumpRequest& request, const std::string& alone);
   void take_snapshot(const SnapshotWindow& window);
+  // A headroom crossing that no watcher takes (one process, or a rank whose dumps are its own): its dump, written
+  // on the batch thread (batch_mutex_ held).
+  void dump_crossing_alone();
   // The ranks' start-up agreement still to come: lets go of the batch lock while it waits for it (bounded).
   // Returns false when the session was shut down meanwhile.
   bool await_agreement(std::unique_lock<std::mutex>& batch_lock);
@@ -131,6 +140,9 @@ class Session {
   std::atomic<DumpCoordinator*> view_{nullptr};  // coordinator_, as dump() reads it without the lock
   SnapshotSchedule schedule_;
   std::unique_ptr<class PeakForecast> forecast_;  // under batch_mutex_ (peak_forecast.hpp)
+  // OOMFLIGHT_HEADROOM_DUMP's check (headroom_watch.hpp), made before any coordinator (whose watcher takes its
+  // crossings) and kept as long as they are; null when the setting is off.
+  std::unique_ptr<class HeadroomWatch> headroom_;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
   // Every HDF5 use of this process outside the MPI path takes it (Debian's HDF5 is not built thread-safe): a dump
   // of this rank alone on a failing thread, a snapshot on the batch thread, and a joined rank's watcher. Taken after

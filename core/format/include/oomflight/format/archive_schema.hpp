@@ -51,13 +51,14 @@ enum class DumpKind : std::uint8_t {
   snapshot = 1,  ///< a schedule's window closed (skip_batches / interval)
   signal = 2,    ///< asked for on demand (SIGUSR1, or the API)
   exit = 3,      ///< the job is being torn down
+  headroom = 4,  ///< a rank's reserved memory crossed OOMFLIGHT_HEADROOM_DUMP's share of its limit (issue 42)
 };
 
 /// Number of DumpKind values; valid values are 0 .. kDumpKindCount - 1.
-inline constexpr int kDumpKindCount = 4;
+inline constexpr int kDumpKindCount = 5;
 
 /// The kind's name as the archive's `kind` attribute and the {kind} filename placeholder spell it: "oom",
-/// "snapshot", "signal", "exit" ("unknown" for a value out of range). Thread-safe; static storage.
+/// "snapshot", "signal", "exit", "headroom" ("unknown" for a value out of range). Thread-safe; static storage.
 OOMFLIGHT_API std::string_view dump_kind_name(DumpKind kind);
 
 /// Parses a kind's name (exact, lower case). Returns nothing for an unknown name.

@@ -114,7 +114,7 @@ class OOMFLIGHT_API Recorder {
   static constexpr std::size_t kMaxCollectives = 16384;
   /// Ends the running batch (its row goes to the batch table: the current device's figures, the batch's own
   /// peaks, its event counts), starts batch `batch` (>= 0) with its peaks reset to the current figures, and
-  /// records a `step` event for it.
+  /// records a `step` event for it. Marking the running batch again does nothing: it is still that batch.
   void mark_batch(std::int64_t batch) noexcept;
 
   /// The row of the batch the last mark_batch() ended (nothing before the second one). Takes the batch table's mutex.
