@@ -70,12 +70,14 @@ def run(args: list[str], cwd: Path, env: dict, timeout: float = 240) -> subproce
 
 
 def read_archive(path: Path) -> dict:
-    """The archive's root attributes, /ranks rows and /events columns, with h5py alone."""
+    """The archive's root attributes, /ranks rows, /events columns and /batches rows (None where absent), with h5py
+    alone."""
     with h5py.File(path, "r") as f:
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
         ranks = f["ranks"][()]
         events = f["events"][()]
-    return {"attrs": attrs, "ranks": ranks, "events": events}
+        batches = f["batches"][()] if "batches" in f else None
+    return {"attrs": attrs, "ranks": ranks, "events": events, "batches": batches}
 
 
 def archives(folder: Path) -> list[Path]:

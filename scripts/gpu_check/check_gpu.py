@@ -23,6 +23,10 @@ extension was built against the machine's torch. Each check prints one line and 
            both ranks, origin 1, whose report names train.py's lines, and the job's own OutOfMemoryError
   allocator_confs  the example's snapshot under expandable_segments:True, max_split_size_mb:64 and
            roundup_power2_divisions:4 (issue 41), saved to OUT/allocator, and the allocator model's fidelity on each
+  nccl_headroom  issue 42 under `oomflight run -- torchrun` with NCCL (one worker: NCCL refuses two ranks on one
+           GPU): the memory outside the caching allocator per batch (NVML), non-zero before NCCL's communicator and
+           larger after it; then 4 GiB kept a step: one headroom archive (OOMFLIGHT_HEADROOM_DUMP=0.5) before the
+           real OOM's archive, and the report's growing call site
 
 Usage: check_gpu.py OUT [CHECK...]   (all by default)"""
 import glob
@@ -437,9 +441,69 @@ def check_allocator_confs(out: Path) -> dict:
     return {"ok": ok, **result}
 
 
+NCCL_HEADROOM_JOB = '''
+import time, torch, torch.distributed as dist, oomflight
+dist.init_process_group("nccl")
+torch.cuda.set_device(0)
+x = torch.ones(1 << 20, device="cuda")
+oomflight.mark_batch(0)
+time.sleep(1.2)  # NVML is sampled at a batch's start, at most once a second
+oomflight.mark_batch(1)  # batch 0's row: before NCCL's communicator
+dist.all_reduce(x)  # NCCL makes its communicator (its buffers, outside the caching allocator)
+torch.cuda.synchronize()
+time.sleep(1.2)
+oomflight.mark_batch(2)  # batch 1's row: after it
+kept = []
+
+
+def keep():
+    kept.append(torch.empty(4 << 30, dtype=torch.uint8, device="cuda"))
+
+
+for step in range(3, 1000):
+    keep()
+    oomflight.mark_batch(step)
+'''
+
+
+def batch_outside(path):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return [[int(b["batch"]), int(b["outside_allocator_bytes"])] for b in f["batches"][()]]
+
+
+def check_nccl_headroom(out: Path) -> dict:
+    """Issue 42, items 1, 4 and 5 on a GPU: NVML's count of the process less reserved, per batch, before and after
+    NCCL's communicator; the headroom archive before the real OOM's; the report naming the growing call site."""
+    work = Path(tempfile.mkdtemp(prefix="oomflight-nccl-headroom-"))
+    (work / "job.py").write_text(NCCL_HEADROOM_JOB)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OOMFLIGHT_HEADROOM_DUMP="0.5")
+    r = subprocess.run(["oomflight", "run", "--run-name", "headroom", "--", sys.executable, "-m",
+                        "torch.distributed.run", "--standalone", "--nproc-per-node", "1", "job.py"],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    log = r.stdout + r.stderr
+    headroom = sorted(glob.glob(str(work / "**/headroom.*.h5"), recursive=True))
+    oom = sorted(a for a in glob.glob(str(work / "**/oom.*.h5"), recursive=True) if ".rank" not in a)
+    result = {"rc": r.returncode, "headroom": [Path(a).name for a in headroom], "oom": [Path(a).name for a in oom],
+              "log_tail": log[-3000:]}
+    if len(headroom) != 1 or len(oom) != 1:
+        return {"ok": False, **result}
+    rows = in_child("batch_outside", oom[0])
+    before = next((o for b, o in rows if b == 0), -1)
+    after = next((o for b, o in rows if b == 1), -1)
+    report = subprocess.run(["oomflight", "report", oom[0]], capture_output=True, text=True).stdout
+    headroom_batch = int(re.search(r"headroom\.(\d+)", Path(headroom[0]).name).group(1))
+    oom_batch = int(re.search(r"oom\.(\d+)", Path(oom[0]).name).group(1))
+    ok = (r.returncode != 0 and 0 < before < after and headroom_batch < oom_batch
+          and "keep (" in report and "torch.OutOfMemoryError" in log)
+    return {"ok": ok, **result, "outside_before_nccl": before, "outside_after_nccl": after, "batches": rows,
+            "headroom_batch": headroom_batch, "oom_batch": oom_batch, "report_head": report[:4000]}
+
+
 CHECKS = {"single": check_single, "capped": check_capped, "ranks": check_ranks, "steps": check_steps,
           "stack_cost": check_stack_cost, "lightning_oom": check_lightning_oom, "torchrun_oom": check_torchrun_oom,
-          "allocator_confs": check_allocator_confs}
+          "allocator_confs": check_allocator_confs, "nccl_headroom": check_nccl_headroom}
 
 
 def main() -> int:

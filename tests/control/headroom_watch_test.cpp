@@ -74,6 +74,9 @@ TEST(HeadroomWatch, OutsideTheAllocatorCountsAndAnUnknownLimitIsNeverCrossed) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->reason, "device 1: reserved 6.00 GiB and 2.00 GiB outside the caching allocator of its 8.00 GiB "
                        "capacity, over OOMFLIGHT_HEADROOM_DUMP=90% (7.20 GiB)");
+  // Against a cap, only the allocator's reserved counts: the cap bounds it alone.
+  w.observe(2, figures(3 * GiB, 80 * GiB, 4 * GiB), 0, 2 * GiB);  // 75% of the cap, whatever lies outside
+  EXPECT_FALSE(w.pending());
 }
 
 TEST(HeadroomWatch, ACrossingWhileAnotherWaitsIsKeptOnceThatOneIsTaken) {

@@ -57,7 +57,13 @@ RankSummary summarize(const Archive& a, const RankRow& row, bool origin, std::si
   s.limit_is_cap = row.memory_cap_bytes != 0 &&
                    (row.device_capacity_bytes == 0 || row.memory_cap_bytes < row.device_capacity_bytes);
   s.limit_bytes = s.limit_is_cap ? row.memory_cap_bytes : row.device_capacity_bytes;
-  if (s.limit_bytes > row.reserved_bytes) s.headroom_bytes = s.limit_bytes - row.reserved_bytes;
+  // Against the device's capacity, what the process holds outside the allocator (NVML; issue 42) is not the
+  // allocator's to take either; a cap bounds the allocator's reserved alone.
+  const std::uint64_t outside =
+      !s.limit_is_cap && row.outside_allocator_bytes > 0 ? static_cast<std::uint64_t>(row.outside_allocator_bytes) : 0;
+  if (s.limit_bytes > row.reserved_bytes + outside && row.reserved_bytes + outside >= row.reserved_bytes) {
+    s.headroom_bytes = s.limit_bytes - row.reserved_bytes - outside;
+  }
   for (const Event& e : a.events_of(row)) {
     const auto action = static_cast<std::size_t>(e.action);
     if (action < static_cast<std::size_t>(kActionCount)) ++s.action_counts[action];

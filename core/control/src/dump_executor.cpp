@@ -38,6 +38,7 @@ RankRow DumpExecutor::rank_row(const FrozenHistory& h, bool is_origin, const Dum
   row.reserved_bytes = h.memory.reserved_bytes;
   row.peak_allocated_bytes = h.memory.peak_allocated_bytes;
   row.peak_reserved_bytes = h.memory.peak_reserved_bytes;
+  row.outside_allocator_bytes = h.outside_allocator_bytes;
   row.device_capacity_bytes = is_origin && request.device_capacity_bytes ? request.device_capacity_bytes
                                                                           : h.memory.device_capacity_bytes;
   row.device_free_bytes =

@@ -30,6 +30,17 @@ std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>
   return text;
 }
 
+std::string late_origins_text(const std::vector<int>& late) {
+  return fmt::format("{} {} ran out of memory during this dump: staying for {} dump, which names this rank too",
+                     late.size() == 1 ? "rank" : "ranks", rank_ranges(late), late.size() == 1 ? "its" : "their");
+}
+
+std::string done_before_deadline_text(long long done, long long expected) {
+  return fmt::format("{} of {} ranks with a file of this dump said they were done with it before the deadline "
+                     "(OOMFLIGHT_DUMP_TIMEOUT)",
+                     done, expected);
+}
+
 std::string gave_up_on_the_dump_text(std::chrono::milliseconds dump_timeout) {
   return fmt::format("the dump did not finish within {} (3 x OOMFLIGHT_DUMP_TIMEOUT); giving up waiting",
                      format_seconds(3.0 * static_cast<double>(dump_timeout.count()) / 1000.0));

@@ -14,6 +14,15 @@ namespace oomflight {
 /// "... before this dump"); those that vanished "ended without a word". Never throws but std::bad_alloc.
 std::string gone_ranks_text(const std::vector<int>& gone, const std::vector<int>& vanished, bool before_dump);
 
+/// An origin that stays for the joint dump: "rank 3 ran out of memory during this dump: staying for its dump, which
+/// names this rank too" (`late`: ascending, not empty). Never throws but std::bad_alloc.
+std::string late_origins_text(const std::vector<int>& late);
+
+/// An origin that stopped waiting for the other ranks to finish their files of its dump: "2 of 3 ranks with a file of
+/// this dump said they were done with it before the deadline (OOMFLIGHT_DUMP_TIMEOUT)". Never throws but
+/// std::bad_alloc.
+std::string done_before_deadline_text(long long done, long long expected);
+
 /// Why a request that waited for the dump under way returns without it: "the dump did not finish within 90 s (3 x
 /// OOMFLIGHT_DUMP_TIMEOUT); giving up waiting". `dump_timeout`: OOMFLIGHT_DUMP_TIMEOUT.
 std::string gave_up_on_the_dump_text(std::chrono::milliseconds dump_timeout);

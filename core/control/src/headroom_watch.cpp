@@ -32,11 +32,12 @@ HeadroomWatch::HeadroomWatch(std::uint32_t share_ppm) noexcept : share_ppm_(shar
 void HeadroomWatch::observe(int device, const MemoryStats& m, std::int64_t batch, std::uint64_t outside) noexcept {
   if (device < 0 || device >= kMaxDevices) return;
   const auto d = static_cast<std::size_t>(device);
-  const std::uint64_t in_use =
-      m.reserved_bytes + outside < m.reserved_bytes ? UINT64_MAX - 1 : m.reserved_bytes + outside;
-  if (last_in_use_[d].load(std::memory_order_relaxed) == in_use) return;  // an allocation's: reserved did not move
   const MemoryLimit limit = memory_limit(m);
   if (limit.bytes == 0) return;  // no capacity published yet: nothing to measure against (looked at again later)
+  // A cap bounds the allocator's reserved alone; the device's capacity is shared with what lies outside it.
+  const std::uint64_t extra = limit.cap ? 0 : outside;
+  const std::uint64_t in_use = m.reserved_bytes + extra < m.reserved_bytes ? UINT64_MAX - 1 : m.reserved_bytes + extra;
+  if (last_in_use_[d].load(std::memory_order_relaxed) == in_use) return;  // an allocation's: reserved did not move
   last_in_use_[d].store(in_use, std::memory_order_relaxed);
   const std::uint64_t threshold = share_of(limit.bytes, share_ppm_);
   std::atomic<bool>& armed = armed_[d];
@@ -75,8 +76,9 @@ std::optional<DumpRequest> HeadroomWatch::take() {
   r.device_capacity_bytes = c.capacity;
   r.memory_cap_bytes = c.cap;
   r.device_free_bytes = c.device_free;
-  const std::string outside =
-      c.outside == 0 ? "" : fmt::format(" and {} outside the caching allocator", format_bytes(c.outside));
+  const std::string outside = c.outside == 0 || c.is_cap
+                                  ? ""
+                                  : fmt::format(" and {} outside the caching allocator", format_bytes(c.outside));
   r.reason = fmt::format("device {}: reserved {}{} of its {} {}, over OOMFLIGHT_HEADROOM_DUMP={} ({})", c.device,
                          format_bytes(c.reserved), outside, format_bytes(c.limit),
                          c.is_cap ? "per-process cap" : "capacity", percent_text(share_ppm_),

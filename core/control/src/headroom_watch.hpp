@@ -46,7 +46,8 @@ class HeadroomWatch {
   explicit HeadroomWatch(std::uint32_t share_ppm) noexcept;
 
   /// `device`'s figures `m` were published during batch `batch`; `outside` is the device memory this process holds
-  /// outside the caching allocator where known (0 when not). When reserved + outside reaches the threshold and the
+  /// outside the caching allocator where known (0 when not), counted against the device's capacity, not against a
+  /// cap (which bounds the allocator's reserved alone). When reserved + outside reaches the threshold and the
   /// device is armed (as every device is at first), the crossing is kept for take() and the device disarmed; a
   /// disarmed device is armed again once its figure falls kRearmPpm below the threshold. Figures whose reserved +
   /// outside is the one last observed for the device (an allocation's publication: reserved moves only with segment

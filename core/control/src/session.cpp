@@ -22,6 +22,7 @@
 #include "snapshot_dump.hpp"
 #include "peak_forecast.hpp"
 #include "headroom_watch.hpp"
+#include "process_device_memory.hpp"
 #include "store_protocol.hpp"
 #include "trigger_protocol.hpp"
 
@@ -199,6 +200,7 @@ bool Session::leave_store(const std::string& why) noexcept {
 void Session::mark_batch(std::int64_t batch) {
   std::unique_lock lock(batch_mutex_);
   const std::int64_t previous = recorder_.batch();
+  if (config_.enabled && !shut_down_ && batch != previous) sample_outside_allocator();
   recorder_.mark_batch(batch);
   if (!config_.enabled || shut_down_) return;
   if (const auto row = recorder_.last_ended_batch(); row && row->batch == previous) {
@@ -219,9 +221,43 @@ void Session::mark_batch(std::int64_t batch) {
   }
 }
 
+void Session::sample_outside_allocator() {
+  // At most once a second: NVML's process list costs tens of microseconds a GPU, and a row's figure is then at most a
+  // second old. The failing thread's freeze takes the last figure too: no NVML call on an OOM's path.
+  const std::int64_t now = monotonic_ns();
+  if (device_memory_sampled_ns_ != 0 && now - device_memory_sampled_ns_ < 1'000'000'000) return;
+  device_memory_sampled_ns_ = now;
+  try {
+    if (!device_memory_) {
+      device_memory_ = std::make_unique<ProcessDeviceMemory>();
+      if (!device_memory_->why_unknown().empty()) {
+        log().debug("the memory outside the caching allocator is unknown: {}", device_memory_->why_unknown());
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return;  // unknown, as it was
+  }
+  const std::optional<std::uint64_t> used = device_memory_->used_bytes();
+  if (!used) {
+    recorder_.set_outside_allocator(-1);
+    return;
+  }
+  std::uint64_t reserved = 0;
+  for (int d = 0; d < kMaxDevices; ++d) reserved += recorder_.memory(d).reserved_bytes;
+  // The driver's count includes the allocator's segments: what is left is the context, the libraries' workspaces,
+  // NCCL's buffers. A sample taken while a segment was being made can put reserved ahead: then nothing is outside.
+  const std::uint64_t outside = *used > reserved ? *used - reserved : 0;
+  recorder_.set_outside_allocator(static_cast<std::int64_t>(std::min<std::uint64_t>(outside, INT64_MAX)));
+}
+
 bool Session::set_memory(int device, const MemoryStats& stats) noexcept {
   if (!recorder_.set_memory(device, stats)) return false;
-  if (headroom_) headroom_->observe(device, stats, recorder_.batch());
+  if (headroom_) {
+    // The memory outside the allocator is the process's (one device a rank, as DDP and FSDP run): added to the
+    // device's reserved where known.
+    const std::int64_t outside = recorder_.outside_allocator();
+    headroom_->observe(device, stats, recorder_.batch(), outside > 0 ? static_cast<std::uint64_t>(outside) : 0);
+  }
   return true;
 }
 

@@ -1016,8 +1016,7 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
       const std::int64_t done = store_->add(key(n, "done"), 0);
       if (done >= files) break;
       if (monotonic_ns() >= deadline_ns) {
-        log().warn("{} of {} ranks with a file of this dump said they were done with it before the deadline", done,
-                   files);
+        log().warn("{}", done_before_deadline_text(done, files));
         break;
       }
       if (store_->add("left", 0) > 0 && every_file_done(n, seen)) break;  // a rank with a file left (or died)
@@ -1035,9 +1034,7 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
     return;
   }
   if (late_ranks.empty() || r.status != DumpResult::Status::archive || r.kind != DumpKind::oom) return;
-  log().info("{} {} ran out of memory during this dump: staying for {} dump, which names this rank too",
-             late_ranks.size() == 1 ? "rank" : "ranks", rank_ranges(late_ranks),
-             late_ranks.size() == 1 ? "its" : "their");
+  log().info("{}", late_origins_text(late_ranks));
   std::lock_guard lock(mutex_);
   ledger_.expect_joint(request, r.batch, r.path);
 }

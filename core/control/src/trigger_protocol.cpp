@@ -726,7 +726,7 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
     MPI_Request_free(&request);
   }
   if (!is_origin) return false;
-  bool joint = false;
+  std::vector<int> late;  // ranks that failed during this dump: their joint dump follows
   // An origin's error ends the job: give every other rank until the deadline to finish its own file (not those
   // that left before the dump: they write none).
   // The ranks still awaited: every other rank but those that left (before or during the dump: a rank whose
@@ -754,18 +754,18 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
     MPI_Recv(done_msg.data(), 2, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
     if (done_msg[0] == ledger_.number()) {
       done.insert(status.MPI_SOURCE);
-      if (done_msg[1] != 0) {
-        joint = true;
-        log().info("rank {} ran out of memory during this dump: staying for its dump, which names both",
-                   status.MPI_SOURCE);
-      }
+      if (done_msg[1] != 0) late.push_back(status.MPI_SOURCE);
     }
   }
   if (const int missing = awaited(); missing > 0) {
-    log().warn("{} of {} other ranks reported their rank-local file before the deadline",
-               id_.world_size - 1 - missing, id_.world_size - 1);
+    // This rank and every other rank that still holds a file of the dump (not those that left: they write none).
+    const int expected = 1 + missing + static_cast<int>(done.size());
+    log().warn("{}", done_before_deadline_text(expected - missing, expected));
   }
-  return joint;
+  if (late.empty()) return false;
+  std::sort(late.begin(), late.end());
+  log().info("{}", late_origins_text(late));
+  return true;
 }
 
 void TriggerProtocol::finish(DumpResult result) {

@@ -4,6 +4,7 @@
 // the embedded data through json().
 #include "oomflight/export/html_report.hpp"
 #include "oomflight/export/origin_words.hpp"
+#include "oomflight/export/outside_words.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -569,21 +570,27 @@ std::string memory_section(const Archive& a, const Grid& g, const std::vector<Ra
 std::string ranks_section(const Archive& a, const PostMortem& pm) {
   std::string out =
       "<section id=\"ranks\"><h2>Per rank at the trigger</h2>\n<table><tr><th>rank</th><th class=\"l\">host</th>"
-      "<th>batch</th><th>allocated</th><th>reserved</th><th>peak alloc</th><th>peak resv</th><th>limit</th>"
+      "<th>batch</th><th>allocated</th><th>reserved</th><th title=\"outside the caching allocator: the driver's count "
+      "of the process (NVML) less its reserved\">outside</th><th>peak alloc</th><th>peak resv</th><th>limit</th>"
       "<th>headroom</th><th>events</th><th>overwritten</th><th class=\"l\"></th></tr>\n";
   for (const auto& s : pm.ranks) {
     const auto& r = s.row;
     put(out,
         "<tr{}><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}</td><td>{}</td><td class=\"l mark\">{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l mark\">{}</td></tr>\n",
         r.is_origin ? " class=\"origin\"" : "", r.rank, html(fixed_string(r.host)), r.batch,
-        format_bytes(r.allocated_bytes), format_bytes(r.reserved_bytes), format_bytes(r.peak_allocated_bytes),
+        format_bytes(r.allocated_bytes), format_bytes(r.reserved_bytes), outside_cell(r),
+        format_bytes(r.peak_allocated_bytes),
         format_bytes(r.peak_reserved_bytes),
         s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
         s.limit_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
         r.is_origin ? origin_mark(a.header.kind) : "");
   }
-  out += "</table>\n</section>\n";
+  out += "</table>\n";
+  for (const std::string& said : {outside_standout_line(pm), outside_unknown_line(pm)}) {
+    if (!said.empty()) put(out, "<p class=\"note\">{}</p>\n", html(said));
+  }
+  out += "</section>\n";
   return out;
 }
 

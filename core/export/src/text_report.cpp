@@ -1,6 +1,7 @@
 // The text report: a PostMortem rendered for a terminal.
 #include "oomflight/export/text_report.hpp"
 #include "oomflight/export/origin_words.hpp"
+#include "oomflight/export/outside_words.hpp"
 
 #include <algorithm>
 
@@ -247,16 +248,21 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
   }
   line("");
   line("per rank at the trigger:");
-  line(fmt::format("  {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8} {:>11}", "rank", "batch", "allocated",
-                   "reserved", "peak alloc", "peak resv", "limit", "headroom", "events", "overwritten"));
+  line(fmt::format("  {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8} {:>11}", "rank", "batch",
+                   "allocated", "reserved", "outside", "peak alloc", "peak resv", "limit", "headroom", "events",
+                   "overwritten"));
   for (const auto& s : pm.ranks) {
     const auto& r = s.row;
-    line(fmt::format("  {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8} {:>11}{}", r.rank, r.batch,
-                     format_bytes(r.allocated_bytes), format_bytes(r.reserved_bytes),
+    line(fmt::format("  {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8} {:>11}{}", r.rank, r.batch,
+                     format_bytes(r.allocated_bytes), format_bytes(r.reserved_bytes), outside_cell(r),
                      format_bytes(r.peak_allocated_bytes), format_bytes(r.peak_reserved_bytes),
                      s.limit_bytes ? format_bytes(s.limit_bytes) + (s.limit_is_cap ? " cap" : "") : "?",
                      s.limit_bytes ? format_bytes(s.headroom_bytes) : "?", r.event_count, r.overwritten,
                      r.is_origin ? std::string("  <- ") + origin_mark(a.header.kind) : ""));
+  }
+  // "outside": the memory outside the caching allocator (NVML's count of the process less its reserved).
+  for (const std::string& said : {outside_standout_line(pm), outside_unknown_line(pm)}) {
+    if (!said.empty()) line("  " + said);
   }
   if (const std::string peaks = batch_peaks(a, pm, 8); !peaks.empty()) {
     line("");

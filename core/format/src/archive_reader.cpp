@@ -398,8 +398,9 @@ Archive read_archive(const std::string& path) {
   a.header = read_header(r);
 
   {
-    // Older /ranks rows are prefixes of RankRow: before 0.2.1 they ended before the collective counts, and 0.2.1's
-    // first archives before the memory cap. Read the prefix; the members after it stay 0.
+    // Older /ranks rows are prefixes of RankRow: before 0.2.1 they ended before the collective counts, 0.2.1's
+    // first archives before the memory cap, and those before 0.3 before the memory outside the allocator. Read the
+    // prefix; the members after it keep RankRow's defaults (0; -1, unknown, for the memory outside the allocator).
     const auto read_prefix = [&]<std::size_t Bytes>(const h5::Handle& type) {
       struct Prefix {
         unsigned char bytes[Bytes];
@@ -411,10 +412,13 @@ Archive read_archive(const std::string& path) {
     };
     const auto v0 = h5::rank_row_type_v0();
     const auto v1 = h5::rank_row_type_v1();
+    const auto v2 = h5::rank_row_type_v2();
     if (r.has_row_type(dataset::ranks, v0)) {
       read_prefix.operator()<h5::kRankRowV0Bytes>(v0);
     } else if (r.has_row_type(dataset::ranks, v1)) {
       read_prefix.operator()<h5::kRankRowV1Bytes>(v1);
+    } else if (r.has_row_type(dataset::ranks, v2)) {
+      read_prefix.operator()<h5::kRankRowV2Bytes>(v2);
     } else {
       a.ranks = r.rows<RankRow>(dataset::ranks, h5::rank_row_type());
     }
@@ -433,7 +437,20 @@ Archive read_archive(const std::string& path) {
   a.stacks = r.rows<StackRow>(dataset::stacks, h5::stack_row_type());
   a.stack_frames = r.rows<std::uint32_t>(dataset::stack_frames, H5T_NATIVE_UINT32);
   a.frames = r.rows<FrameRow>(dataset::frames, h5::frame_row_type());
-  if (r.has_dataset(dataset::batches)) a.batches = r.rows<BatchRow>(dataset::batches, h5::batch_row_type());
+  if (r.has_dataset(dataset::batches)) {
+    const auto v0 = h5::batch_row_type_v0();
+    if (r.has_row_type(dataset::batches, v0)) {  // before 0.3: the memory outside the allocator is unknown
+      struct Prefix {
+        unsigned char bytes[h5::kBatchRowV0Bytes];
+      };
+      for (const Prefix& p : r.rows<Prefix>(dataset::batches, v0)) {
+        BatchRow& row = a.batches.emplace_back();
+        std::memcpy(static_cast<void*>(&row), p.bytes, sizeof(p.bytes));
+      }
+    } else {
+      a.batches = r.rows<BatchRow>(dataset::batches, h5::batch_row_type());
+    }
+  }
   if (r.has_dataset(dataset::context)) a.context = r.rows<ContextRow>(dataset::context, h5::context_row_type());
   if (r.has_dataset(dataset::state_segments)) {
     const auto v0 = h5::state_segment_row_type_v0();

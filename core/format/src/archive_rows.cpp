@@ -114,7 +114,7 @@ RankRows global_rows(const RankDump& d, const Counts& at) {
     g.batches.push_back(BatchRow{d.row.rank, b.device, b.batch, b.start_t_ns, b.end_t_ns, b.allocated_bytes,
                                  b.reserved_bytes, b.peak_allocated_bytes, b.peak_reserved_bytes,
                                  b.device_capacity_bytes, b.device_free_bytes, b.alloc_events, b.free_events,
-                                 b.oom_events});
+                                 b.oom_events, b.outside_allocator_bytes});
   }
   g.state_segments.assign(d.state_segments.begin(), d.state_segments.end());
   for (auto& seg : g.state_segments) {

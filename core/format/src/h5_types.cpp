@@ -10,7 +10,14 @@
 namespace oomflight::h5 {
 
 Handle batch_row_type() {
-  Handle t = type(H5Tcreate(H5T_COMPOUND, sizeof(BatchRow)));
+  Handle t = batch_row_type_v0();
+  H5Tset_size(t, sizeof(BatchRow));
+  H5Tinsert(t, "outside_allocator_bytes", offsetof(BatchRow, outside_allocator_bytes), H5T_NATIVE_INT64);
+  return t;
+}
+
+Handle batch_row_type_v0() {
+  Handle t = type(H5Tcreate(H5T_COMPOUND, kBatchRowV0Bytes));
 #define OOMFLIGHT_BATCH_FIELD(name, h5type) H5Tinsert(t, #name, offsetof(BatchRow, name), h5type)
   OOMFLIGHT_BATCH_FIELD(rank, H5T_NATIVE_INT32);
   OOMFLIGHT_BATCH_FIELD(device, H5T_NATIVE_INT32);
@@ -156,8 +163,15 @@ Handle event_type_v0() {
 }
 
 Handle rank_row_type() {
-  Handle t = rank_row_type_v1();
+  Handle t = rank_row_type_v2();
   H5Tset_size(t, sizeof(RankRow));
+  H5Tinsert(t, "outside_allocator_bytes", offsetof(RankRow, outside_allocator_bytes), H5T_NATIVE_INT64);
+  return t;
+}
+
+Handle rank_row_type_v2() {
+  Handle t = rank_row_type_v1();
+  H5Tset_size(t, h5::kRankRowV2Bytes);
   H5Tinsert(t, "memory_cap_bytes", offsetof(RankRow, memory_cap_bytes), H5T_NATIVE_UINT64);
   H5Tinsert(t, "numbers_from_message", offsetof(RankRow, numbers_from_message), H5T_NATIVE_UINT32);
   return t;

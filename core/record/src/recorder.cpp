@@ -32,6 +32,7 @@ BatchStats Recorder::running_row(const RunningBatch& running, std::int64_t batch
   row.peak_reserved_bytes = std::max(batch_peak_reserved_.load(std::memory_order_relaxed), m.reserved_bytes);
   row.device_capacity_bytes = m.device_capacity_bytes;
   row.device_free_bytes = m.device_free_bytes;
+  row.outside_allocator_bytes = outside_allocator();
   const Ring::ActionCounts now = ring_.action_counts();
   row.alloc_events = now.allocs - running.counts_at_start.allocs;
   row.free_events = now.frees - running.counts_at_start.frees;
@@ -99,6 +100,7 @@ FrozenHistory Recorder::freeze(int device, std::vector<Event> storage) const {
   // Gauges and counters first: they describe the moment of the trigger, the copy takes a while.
   h.device = valid_device(device) ? device : current_device();
   h.memory = memory(h.device);
+  h.outside_allocator_bytes = outside_allocator();
   h.batch = batch();
   h.oom_events = oom_events();
   {

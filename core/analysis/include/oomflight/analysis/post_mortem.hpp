@@ -53,7 +53,9 @@ struct RankSummary {
   /// cap, not at the device's end (issue 30).
   std::uint64_t limit_bytes = 0;
   bool limit_is_cap = false;             ///< limit_bytes is the process's cap
-  std::uint64_t headroom_bytes = 0;      ///< limit - reserved at the trigger; 0 when the limit is unknown
+  /// limit - reserved at the trigger, less the memory outside the caching allocator where known and the limit is the
+  /// device's (a cap bounds the allocator alone); 0 when the limit is unknown
+  std::uint64_t headroom_bytes = 0;
   std::uint64_t live_bytes_in_history = 0;  ///< sum of all LiveAllocation sizes (<= allocated_bytes)
   std::size_t live_count = 0;
   /// The largest live allocations, largest first (origins only; without origins, PostMortem::largest_rank).

@@ -135,6 +135,11 @@ struct RankRow {
   /// (kFromMessage* bits; 0: all from the allocator, or not an origin).
   std::uint32_t numbers_from_message = 0;
   std::uint32_t reserved1 = 0;              ///< padding, not a member of the HDF5 type
+  /// The device memory this process held outside the caching allocator at the freeze: the driver's count of the
+  /// process (NVML, summed over the node's GPUs) less the allocator's reserved bytes, as last sampled (at most a
+  /// second before a batch's end; issue 42). -1: unknown (no NVML, this process not in its list, or a figure it does
+  /// not give), never 0 for unknown. Since 0.3 (archives before it lack the member: read as -1).
+  std::int64_t outside_allocator_bytes = -1;
 };
 
 /// RankRow::numbers_from_message bits. An OutOfMemoryError that no allocator hook saw (a CPU job, a hook that could
@@ -164,6 +169,7 @@ struct BatchRow {
   std::uint64_t alloc_events = 0;
   std::uint64_t free_events = 0;            ///< free_completed events
   std::uint64_t oom_events = 0;
+  std::int64_t outside_allocator_bytes = -1;  ///< RankRow's figure at the batch's end; -1 unknown (since 0.3)
 };
 
 /// One row of /context: a key/value pair of a rank's context (ContextEntry): its environment (kind 0), captured at

@@ -32,6 +32,9 @@ struct BatchStats {
   std::uint64_t alloc_events = 0;           ///< alloc events recorded during the batch
   std::uint64_t free_events = 0;            ///< free_completed events recorded during the batch
   std::uint64_t oom_events = 0;             ///< oom events recorded during the batch
+  /// The device memory the process held outside the caching allocator at the batch's end (Recorder::
+  /// set_outside_allocator); -1: unknown.
+  std::int64_t outside_allocator_bytes = -1;
 };
 
 /// What BatchTable::copy() returns: the kept rows, oldest first, and how many older ones were pushed out.

@@ -53,6 +53,9 @@ struct FrozenHistory {
   StackTableCopy stacks;
   int device = 0;                     ///< the device whose gauges `memory` holds
   MemoryStats memory;
+  /// The device memory the process held outside the caching allocator, as last set (Recorder::
+  /// set_outside_allocator); -1: unknown.
+  std::int64_t outside_allocator_bytes = -1;
   std::int64_t batch = -1;
   std::uint64_t oom_events = 0;       ///< oom events recorded up to the freeze
   std::int64_t freeze_t_ns = 0;       ///< monotonic ns
@@ -132,6 +135,12 @@ class OOMFLIGHT_API Recorder {
   bool set_memory(int device, const MemoryStats& stats) noexcept;
   /// The figures last published for `device` (zeros when none, or when the device is out of range).
   MemoryStats memory(int device) const noexcept;
+  /// The device memory this process holds outside the caching allocator, in bytes (-1: unknown), as its source last
+  /// measured it (the session's NVML sample, process_device_memory.hpp): each batch's row and each freeze carry the
+  /// figure set last. Lock-free; any thread.
+  void set_outside_allocator(std::int64_t bytes) noexcept { outside_.store(bytes, std::memory_order_relaxed); }
+  std::int64_t outside_allocator() const noexcept { return outside_.load(std::memory_order_relaxed); }
+
   /// The device that published gauges last; 0 before any did.
   int current_device() const noexcept { return current_device_.load(std::memory_order_relaxed); }
 
@@ -191,6 +200,7 @@ class OOMFLIGHT_API Recorder {
   std::atomic<std::int64_t> batch_{-1};
   std::atomic<std::uint64_t> oom_events_{0};
   std::atomic<int> current_device_{0};
+  std::atomic<std::int64_t> outside_{-1};
   mutable std::mutex resolver_mutex_;  // guards resolver_ and resolver_user_ (set rarely, read once per freeze)
   StackResolver resolver_ = nullptr;
   void* resolver_user_ = nullptr;
