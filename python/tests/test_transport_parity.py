@@ -366,6 +366,40 @@ class TransportParity(unittest.TestCase):
             # No NVML on this machine: the memory outside the caching allocator is unknown, said so, never 0 B.
             self.assertIn("memory outside the caching allocator: unknown on every rank", report)
 
+    def test_a_headroom_archive_then_the_oom_archive_each_of_its_own_kind(self):
+        # Rank 1 crosses 90% at batch 2 (7.25 GiB of 8 GiB), then runs out of memory at batch 4: two archives of
+        # every rank, the first of kind headroom, the second of kind oom, each naming rank 1 for what it did (the
+        # headroom archive does not make the OOM one, nor the other way round), and the job's own error.
+        results = self.scenario("""
+            if os.environ["TEST_OOMFLIGHT"] == "1":
+                import oomflight
+                GiB = 1 << 30
+                for batch in range(6):
+                    oomflight.mark_batch(batch)
+                    reserved = (6 + batch / 2) * GiB if rank == 1 else 6 * GiB
+                    oomflight.set_memory(0, reserved=int(reserved), capacity=8 * GiB)
+                    dist.barrier()
+                    time.sleep(0.3)
+            if rank == 1:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+                                             "capacity of 8.00 GiB of which 512.00 MiB is free.")
+            time.sleep(3)  # the others answer the dump meanwhile (the launcher may stop them first)
+        """, OOMFLIGHT_HEADROOM_DUMP="0.9")
+        for launcher, (base, watched) in results.items():
+            log = watched["log"]
+            self.assertNotEqual(watched["rc"], 0, log[-3000:])
+            kinds = {}
+            for f in watched["files"]:
+                a = read_archive(f)
+                kinds[a["attrs"]["kind"]] = a
+            self.assertEqual(sorted(kinds), ["headroom", "oom"], f"{launcher}: {watched['files']}\n{log[-3000:]}")
+            for kind, a in kinds.items():
+                self.assertEqual([int(r) for r in a["attrs"]["ranks_present"]], list(range(WORLD)), launcher)
+                self.assertEqual([int(r) for r in a["attrs"]["origin_ranks"]], [1], f"{launcher} {kind}")
+            self.assertIn("CUDA out of memory", kinds["oom"]["attrs"]["reason"], launcher)
+            self.assertIn("OOMFLIGHT_HEADROOM_DUMP=90%", kinds["headroom"]["attrs"]["reason"], launcher)
+            self.assertIn("torch.OutOfMemoryError: CUDA out of memory", log, launcher)
+
     def test_a_snapshot_window_that_closes_at_once_is_one_archive_of_every_rank(self):
         # skip 0, interval 1: the window of batch 0 closes at the job's first batch mark, before or after the
         # ranks' start-up agreement (issue 40: over the store, each rank wrote its own file under its provisional

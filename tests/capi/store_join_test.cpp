@@ -444,6 +444,26 @@ TEST_F(StoreJoin, AnOriginThroughItsOomEventTakesItsFailingThreadsWords) {
   EXPECT_EQ(rank1_result(), std::make_pair(int{OOMFLIGHT_OK}, a.path)) << log(1);
 }
 
+// In rank 1's process: once its watcher is about to say its file of dump 0 is written (after its freeze for it), its
+// own failure comes (`reason`), and the watcher goes on once the failing thread is in it (its request waits for the
+// dump). The failing thread writes the path of the dump that answered it to `marker`.
+const char* g_late_reason = "";
+void fail_after_writing_dump_0(const char* reason, const fs::path& marker) {
+  g_late_reason = reason;
+  setenv("TEST_LATE_MARKER", marker.c_str(), 1);
+  g_on_set = [](const char* key) {
+    if (std::strcmp(key, "d0/file/1") != 0) return;
+    static std::atomic<bool> failing{false};
+    std::thread([] {
+      failing = true;
+      oomflight_trigger_oom(0, g_late_reason, 2048, 7);
+      std::ofstream(std::getenv("TEST_LATE_MARKER")) << oomflight_last_dump_path();
+    }).detach();
+    while (!failing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+}
+
 // A rank whose own out-of-memory error comes after its history was frozen for another rank's dump, while that dump
 // is under way: it says so as it ends that dump (dN/late), the dump's origin stays, and the dump of its own that
 // follows names both and replaces the first archive: one archive, as over MPI (the joint dump; issue 40's table).
@@ -463,20 +483,7 @@ TEST_F(StoreJoin, AnOomDuringAnotherRanksDumpGivesOneJointArchive) {
       [&](int rank) {
         if (rank != 1) return;
         std::ofstream(started) << "x";
-        // Rank 1's watcher is about to say its file of dump 0 is written (after its freeze): its own failure comes
-        // now, and the watcher goes on once the failing thread is in it (its request waits for the dump).
-        g_on_set = [](const char* key) {
-          if (std::strcmp(key, "d0/file/1") != 0) return;
-          static std::atomic<bool> failing{false};
-          std::thread([] {
-            failing = true;
-            oomflight_trigger_oom(0, "CUDA out of memory (rank 1, late)", 2048, 7);
-            std::ofstream(std::getenv("TEST_LATE_MARKER")) << oomflight_last_dump_path();
-          }).detach();
-          while (!failing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        };
-        setenv("TEST_LATE_MARKER", (dir_.path() / "late").c_str(), 1);
+        fail_after_writing_dump_0("CUDA out of memory (rank 1, late)", dir_.path() / "late");
       });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
   const Archive a = the_only_file(1);
@@ -505,6 +512,53 @@ TEST_F(StoreJoin, AnOomDuringAnotherRanksDumpGivesOneJointArchive) {
   EXPECT_NE(log(1).find("rank 1's dump names the last dump's origin too and replaces " + a.path), std::string::npos)
       << log(1);
   EXPECT_NE(log(1).find("ranks 0, 1 out of memory at batch"), std::string::npos) << log(1);
+}
+
+// The same timing after a headroom dump (issue 42): rank 1's failure during rank 0's headroom dump is no part of it.
+// Nobody stays for a joint dump; rank 1's oom dump follows, of its own, kind oom, naming rank 1 alone, and the
+// headroom archive names rank 0 alone: two archives.
+TEST_F(StoreJoin, AnOomDuringAHeadroomDumpGetsAnOomArchiveOfItsOwn) {
+  const fs::path started = dir_.path() / "started";
+  const fs::path late = dir_.path() / "late";
+  const auto statuses = run_ranks(
+      2,
+      [&](int rank) {
+        if (rank == 0) {
+          wait_for(started);
+          oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+          request.kind = OOMFLIGHT_DUMP_HEADROOM;
+          request.reason = "device 0: reserved 7.25 GiB of its 8.00 GiB capacity, over OOMFLIGHT_HEADROOM_DUMP=90%";
+          oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+          (void)oomflight_request_dump(&request, &result);
+        }
+        wait_for(late);  // rank 1's own dump is over: both ranks answered it
+      },
+      [&](int rank) {
+        if (rank != 1) return;
+        std::ofstream(started) << "x";
+        fail_after_writing_dump_0("CUDA out of memory (rank 1, during the headroom dump)", dir_.path() / "late");
+      });
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
+  std::map<std::string, Archive> by_kind;
+  for (const fs::path& f : test::files_with_suffix(dir_.path() / "out", ".h5")) {
+    Archive a = read_archive(f.string());
+    by_kind.emplace(a.header.kind, std::move(a));
+  }
+  ASSERT_EQ(by_kind.size(), 2u) << log(0) << log(1);
+  ASSERT_TRUE(by_kind.count("headroom") && by_kind.count("oom")) << log(0) << log(1);
+  EXPECT_EQ(by_kind["headroom"].header.origin_ranks, (std::vector<std::int32_t>{0})) << log(0) << log(1);
+  EXPECT_EQ(by_kind["oom"].header.origin_ranks, (std::vector<std::int32_t>{1})) << log(0) << log(1);
+  EXPECT_EQ(by_kind["oom"].header.ranks_present, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_NE(by_kind["oom"].header.reason.find("rank 1: CUDA out of memory (rank 1, during the headroom dump)"),
+            std::string::npos)
+      << by_kind["oom"].header.reason;
+  std::string path1;
+  std::ifstream(late) >> path1;
+  EXPECT_EQ(path1, by_kind["oom"].path) << log(1);
+  EXPECT_EQ(log(0).find("staying for"), std::string::npos) << log(0);
+  EXPECT_NE(log(1).find("rank 1 ran out of memory during a headroom dump; a dump of its own follows"),
+            std::string::npos)
+      << log(1);
 }
 
 // A rank whose session ended on an error before the dump is not waited for (the deadline is 60 s): the archive

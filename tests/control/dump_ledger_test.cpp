@@ -217,6 +217,36 @@ TEST(DumpLedger, AnOomRequestWhoseFailureCameAfterTheFreezeFollowsTheDumpUnderWa
       << "a request with no oom event is the failure itself";
 }
 
+TEST(DumpLedger, AFailureDuringADumpOfAnotherKindIsNoOriginOfItAndGetsADumpOfItsOwn) {
+  // Issue 42: a headroom dump comes a few batches before the OOM. A rank whose oom event is in its freeze for it is
+  // no origin of it (the archive would call it a rank that crossed the threshold); the failing thread's request
+  // follows, and so does that of the rank that crossed and then failed. Nobody stays for a joint dump: the next
+  // archive is an oom archive of its own.
+  DumpLedger ledger;
+  std::string say;
+  ledger.begin(DumpKind::headroom);
+  EXPECT_EQ(ledger.kind_under_way(), DumpKind::headroom);
+  EXPECT_FALSE(ledger.origin_through_event(1)) << "an unreported oom event, in a headroom dump";
+  ledger.decided();
+  EXPECT_EQ(ledger.join(oom_request("torch.OutOfMemoryError"), 1, 2, say), DumpLedger::Turn::follows);
+  ledger.finish(archive("headroom.4.h5", DumpKind::headroom));
+  ledger.begin(DumpKind::oom);
+  EXPECT_TRUE(ledger.origin_through_event(1)) << "the same event, in the oom dump that follows: an origin of it";
+  ledger.decided();
+  ledger.finish(archive("oom.5.h5"));
+
+  DumpLedger crossed;  // the rank that asked for the headroom dump, then failed during it
+  crossed.begin(DumpKind::headroom);
+  crossed.asked(0);
+  crossed.decided();
+  EXPECT_TRUE(crossed.origin_of_under_way());
+  EXPECT_EQ(crossed.join(oom_request("torch.OutOfMemoryError"), 1, 2, say), DumpLedger::Turn::follows)
+      << "its failure is no part of the headroom archive";
+  DumpRequest signal;
+  signal.kind = DumpKind::signal;
+  EXPECT_EQ(crossed.join(signal, 1, 2, say), DumpLedger::Turn::joins) << "anything else joins, as before";
+}
+
 TEST(DumpLedger, AnythingElseDuringADumpIsCoveredByIt) {
   DumpLedger ledger;
   std::string say;

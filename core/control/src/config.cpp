@@ -102,7 +102,9 @@ std::uint32_t parse_headroom(std::string_view text) {
   if (!(v > 0 && v <= 1)) {
     throw std::invalid_argument("must be above 0 and at most 1 (100%): a share of the device's capacity or cap");
   }
-  return static_cast<std::uint32_t>(v * 1e6 + 0.5);
+  const auto ppm = static_cast<std::uint32_t>(v * 1e6 + 0.5);
+  if (ppm == 0) throw std::invalid_argument("is below one part in a million of the limit (0.0001%): it would be off");
+  return ppm;
 }
 
 FilenameTemplate parse_file_template(std::string_view text, bool per_rank) {
@@ -255,11 +257,13 @@ std::vector<OptionSpec> make_table() {
        "dump per ending: a SIGTERM after an exit dump (a launcher's teardown) ends the process at once.",
        [](Config& c, std::string_view v) { c.dump_on_exit = parse_bool(v); }},
       {"OOMFLIGHT_HEADROOM_DUMP", "fraction", "",
-       "Headroom: the first time a rank's reserved memory (its caching allocator's) crosses this share of its limit "
-       "(the per-process cap where one is set, else the device's capacity), every rank writes its history into one "
-       "archive of kind headroom, and the job goes on. Another comes only once that rank fell back 5 points below "
-       "it. 0.9 or 90%; empty: off. Checked only where reserved changes (a segment event, oomflight_set_memory): an "
-       "allocation costs it one compare, and the dump runs on oomflight's own thread, never the allocating one.",
+       "Headroom: the first time a rank's reserved memory (its caching allocator's, plus what the process holds "
+       "outside it where NVML says) crosses this share of its limit (the per-process cap where one is set, counting "
+       "reserved alone, else the device's capacity), every rank writes its history into one archive of kind "
+       "headroom, and the job goes on (a rank whose dumps are not coordinated writes its own file). Another comes "
+       "only once that rank fell back 5 points below it. 0.9 or 90%; empty: off. Checked only where those figures "
+       "change (a segment event, oomflight_set_memory): an allocation costs it one compare, and the dump is never "
+       "written on the allocating thread.",
        [](Config& c, std::string_view v) { c.headroom_ppm = parse_headroom(v); }},
       {"OOMFLIGHT_LIBRARY", "path", "",
        "liboomflight for the Python package to load (`oomflight run` sets it to its own). Empty: the package's "

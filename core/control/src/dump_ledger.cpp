@@ -7,7 +7,8 @@
 
 namespace oomflight {
 
-void DumpLedger::begin() {
+void DumpLedger::begin(DumpKind kind) {
+  kind_ = kind;
   under_way_ = true;
   deciding_ = true;
   origin_ = false;
@@ -38,7 +39,9 @@ void DumpLedger::rejoined(std::uint64_t oom_events) {
 }
 
 bool DumpLedger::origin_through_event(std::uint64_t oom_events) {
-  const bool origin = oom_events > oom_events_covered_;
+  // An oom event in a dump of another kind is no origin of it: the failure's own oom dump follows (join), and the
+  // headroom archive does not call the failing rank one that crossed its threshold.
+  const bool origin = kind_ == DumpKind::oom && oom_events > oom_events_covered_;
   origin_ = origin;
   if (origin) oom_events_covered_ = oom_events;
   // A request of the failing thread that comes after this dump finished finds its failure in it (answered()).
@@ -61,6 +64,12 @@ DumpLedger::Turn DumpLedger::join(const DumpRequest& request, std::uint64_t oom_
                                   std::string& say) {
   say.clear();
   if (under_way_) {
+    // A failure during a dump of another kind (this rank crossed its headroom threshold, or asked on a signal, and
+    // then ran out of memory) is no part of it: its own oom dump follows, kind oom, naming it for its failure.
+    if (kind_ != DumpKind::oom && request.kind == DumpKind::oom) {
+      failed_late();
+      return Turn::follows;
+    }
     if (origin_) {
       say = offer(request, rank);
       return Turn::joins;

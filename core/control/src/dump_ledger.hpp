@@ -38,10 +38,10 @@ class DumpLedger {
   /// Whether a dump is under way on this rank (begin() to finish()).
   bool under_way() const { return under_way_; }
 
-  /// A dump begins on this rank: dump number(). The caller owns it until finish(). Whether this rank is an origin of
-  /// it is not known yet (deciding()): the caller says so with asked(), rejoined() or origin_through_event(), then
-  /// decided().
-  void begin();
+  /// A dump begins on this rank: dump number(), of `kind` as this rank knows it (its own request's, or the one it
+  /// heard of). The caller owns it until finish(). Whether this rank is an origin of it is not known yet
+  /// (deciding()): the caller says so with asked(), rejoined() or origin_through_event(), then decided().
+  void begin(DumpKind kind = DumpKind::oom);
 
   /// Whether the dump under way has yet to say whether this rank is an origin of it: from begin() to decided(), the
   /// freeze (1 to 2 ms for 100,000 events). A request in that window waits for the verdict before join(), or it
@@ -51,6 +51,9 @@ class DumpLedger {
   /// The dump under way has said whether this rank is an origin of it, and said so on this rank's stderr: a request
   /// that waited may join() now (its words follow the dump's own line).
   void decided() { deciding_ = false; }
+
+  /// The kind of the dump under way, as begin() was told.
+  DumpKind kind_under_way() const { return kind_; }
 
   /// Whether this rank is an origin of the dump under way (asked(), rejoined(), or origin_through_event() true).
   bool origin_of_under_way() const { return under_way_ && origin_; }
@@ -84,7 +87,8 @@ class DumpLedger {
   /// A dump this rank did not ask for froze its history holding `oom_events`. Returns whether one of them no dump
   /// has reported: this rank is then an origin of that dump too (ranks of a data-parallel job run out of memory at
   /// the same step, and one whose failing thread had not asked yet is named with the first), and the dump awaits its
-  /// failing thread's words (words()).
+  /// failing thread's words (words()). Only in an oom dump: a dump of another kind (a headroom crossing, a signal)
+  /// holds the history but is not this rank's failure, which gets a dump of its own after it (join(): follows).
   bool origin_through_event(std::uint64_t oom_events);
 
   /// Whether a failure counted now (`oom_events_now`) came after this rank's last freeze: no dump holds it yet.
@@ -182,6 +186,7 @@ class DumpLedger {
   bool exit_dumped_ = false;
   std::uint64_t ended_ = 0;
   bool deciding_ = false;                   // begin() to decided()
+  DumpKind kind_ = DumpKind::oom;           // of the dump under way, as begin() was told
   bool origin_ = false;                     // of the dump under way
   std::uint64_t oom_events_covered_ = 0;    // oom events a dump of this rank as an origin holds
   std::uint64_t unclaimed_oom_events_ = 0;  // those that made it an origin through its event, until its thread asks

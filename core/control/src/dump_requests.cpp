@@ -47,9 +47,14 @@ std::optional<DumpResult> DumpRequests::request(std::unique_lock<std::mutex>& lo
     case DumpLedger::Turn::follows:
       // Its dump follows the one under way; the dump's origins stay for it when this rank's end of that dump says
       // so in time (the joint dump, docs/protocol.md).
-      log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
-                 "follows",
-                 rank_);
+      if (ledger_.kind_under_way() == DumpKind::oom) {
+        log().warn("rank {}'s failure came after its history was frozen for the dump under way; a dump of its own "
+                   "follows",
+                   rank_);
+      } else {
+        log().warn("rank {} ran out of memory during a {} dump; a dump of its own follows", rank_,
+                   dump_kind_name(ledger_.kind_under_way()));
+      }
       if (pending_) {
         target = number_;  // another thread of this process asked for the dump that follows: share it
         break;

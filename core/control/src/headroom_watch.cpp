@@ -48,7 +48,11 @@ void HeadroomWatch::observe(int device, const MemoryStats& m, std::int64_t batch
       last_in_use_[d].store(UINT64_MAX, std::memory_order_relaxed);  // another device's crossing waits: retry later
       return;
     }
-    armed.store(false, std::memory_order_relaxed);
+    if (!armed.exchange(false, std::memory_order_relaxed)) {
+      // Another thread's crossing of this device won between the look above and the slot: it is the one kept.
+      slot_.store(kEmpty, std::memory_order_release);
+      return;
+    }
     crossing_ = Crossing{device,
                          batch,
                          m.reserved_bytes,
@@ -67,8 +71,15 @@ void HeadroomWatch::observe(int device, const MemoryStats& m, std::int64_t batch
 }
 
 std::optional<DumpRequest> HeadroomWatch::take() {
-  if (slot_.load(std::memory_order_acquire) != kFull) return std::nullopt;
+  int full = kFull;
+  if (!slot_.compare_exchange_strong(full, kTaking, std::memory_order_acquire)) return std::nullopt;
   const Crossing c = crossing_;
+  // The request's words allocate: should that fail, the crossing is kept for a later turn.
+  struct KeepUnlessTaken {
+    std::atomic<int>& slot;
+    bool taken = false;
+    ~KeepUnlessTaken() { slot.store(taken ? kEmpty : kFull, std::memory_order_release); }
+  } keep{slot_};
   DumpRequest r;
   r.kind = DumpKind::headroom;
   r.device = c.device;
@@ -83,7 +94,7 @@ std::optional<DumpRequest> HeadroomWatch::take() {
                          format_bytes(c.reserved), outside, format_bytes(c.limit),
                          c.is_cap ? "per-process cap" : "capacity", percent_text(share_ppm_),
                          format_bytes(share_of(c.limit, share_ppm_)));
-  slot_.store(kEmpty, std::memory_order_release);
+  keep.taken = true;
   return r;
 }
 

@@ -61,9 +61,9 @@ class HeadroomWatch {
   bool pending() const noexcept { return slot_.load(std::memory_order_acquire) == kFull; }
 
   /// The crossing waiting, as the request of a dump of kind headroom (its device, batch, figures, and a reason that
-  /// names them and the threshold), and clears it; nothing when none waits. One caller at a time (the watcher, or
-  /// the batch thread where no watcher coordinates this rank's dumps); concurrent with observe(). Throws
-  /// std::bad_alloc (the reason's text); the crossing is then kept.
+  /// names them and the threshold), and clears it; nothing when none waits. Any thread, concurrent with observe()
+  /// and with another take(): one of them gets the crossing. Throws std::bad_alloc (the reason's text); the crossing
+  /// is then kept.
   std::optional<DumpRequest> take();
 
   std::uint32_t share_ppm() const noexcept { return share_ppm_; }
@@ -75,7 +75,7 @@ class HeadroomWatch {
     std::uint64_t reserved = 0, outside = 0, limit = 0, capacity = 0, cap = 0, device_free = 0;
     bool is_cap = false;
   };
-  static constexpr int kEmpty = 0, kFilling = 1, kFull = 2;
+  static constexpr int kEmpty = 0, kFilling = 1, kFull = 2, kTaking = 3;
 
   const std::uint32_t share_ppm_;
   std::array<std::atomic<bool>, kMaxDevices> armed_;

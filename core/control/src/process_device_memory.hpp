@@ -30,8 +30,9 @@ class ProcessDeviceMemory {
 
   /// This process's device memory as the driver counts it, in bytes, summed over the GPUs that list it; nothing when
   /// unknown: NVML absent, no GPU lists this process (before its CUDA context, or a PID namespace that NVML does not
-  /// see into), or a GPU lists it without a figure (NVML_VALUE_NOT_AVAILABLE). A few NVML calls per GPU (tens of
-  /// microseconds each). Never throws.
+  /// see into), or a GPU lists it without a figure (NVML_VALUE_NOT_AVAILABLE). Asks only the GPUs that listed the
+  /// process last time, and every GPU of the node when none did and at every 32nd call (a process list can cost a
+  /// millisecond a GPU). Never throws.
   std::optional<std::uint64_t> used_bytes() noexcept;
 
   /// Why NVML cannot be asked at all ("libnvidia-ml.so.1 could not be loaded (...)"); empty once it is loaded and
@@ -58,6 +59,8 @@ class ProcessDeviceMemory {
   HandleFn handle_ = nullptr;
   ProcessesFn processes_ = nullptr;
   std::vector<ProcessInfo> buffer_;
+  std::vector<unsigned int> listed_on_;  // the GPUs (NVML indices) that listed this process at the last call
+  unsigned int calls_ = 0;
   std::string why_unknown_;
 };
 

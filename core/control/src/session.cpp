@@ -198,9 +198,10 @@ bool Session::leave_store(const std::string& why) noexcept {
 }
 
 void Session::mark_batch(std::int64_t batch) {
+  // NVML before the batch lock: a failing thread's dump alone waits for that lock, never for the driver.
+  if (config_.enabled) sample_outside_allocator();
   std::unique_lock lock(batch_mutex_);
   const std::int64_t previous = recorder_.batch();
-  if (config_.enabled && !shut_down_ && batch != previous) sample_outside_allocator();
   recorder_.mark_batch(batch);
   if (!config_.enabled || shut_down_) return;
   if (const auto row = recorder_.last_ended_batch(); row && row->batch == previous) {
@@ -222,8 +223,11 @@ void Session::mark_batch(std::int64_t batch) {
 }
 
 void Session::sample_outside_allocator() {
-  // At most once a second: NVML's process list costs tens of microseconds a GPU, and a row's figure is then at most a
-  // second old. The failing thread's freeze takes the last figure too: no NVML call on an OOM's path.
+  // At most once a second: NVML's process list can cost a millisecond a GPU, and a row's figure is then at most a
+  // second old. The failing thread's freeze takes the last figure too: no NVML call on an OOM's path. One sampler at
+  // a time (batch marks from two threads: the other goes on without).
+  std::unique_lock sampling(sample_mutex_, std::try_to_lock);
+  if (!sampling.owns_lock()) return;
   const std::int64_t now = monotonic_ns();
   if (device_memory_sampled_ns_ != 0 && now - device_memory_sampled_ns_ < 1'000'000'000) return;
   device_memory_sampled_ns_ = now;
@@ -273,9 +277,14 @@ void Session::dump_crossing_alone() {
     return;
   }
   if (!request) return;
-  std::string alone;
-  if (identity_.world_size > 1) alone = coordinator_ ? coordinator_->why_alone() : alone_because_;
-  (void)dump_alone(*request, alone);
+  try {
+    std::string alone;
+    if (identity_.world_size > 1) alone = coordinator_ ? coordinator_->why_alone() : alone_because_;
+    (void)dump_alone(*request, alone);
+  } catch (const std::exception& e) {
+    // Never into the job's batch mark: the crossing is said, and the job goes on.
+    log().error("the headroom dump was not written: {}", e.what());
+  }
 }
 
 bool Session::await_agreement(std::unique_lock<std::mutex>& batch_lock) {

@@ -1,5 +1,6 @@
 #include "signal_turn.hpp"
 
+#include "oomflight/base/log.hpp"
 #include "sigterm_plan.hpp"
 
 namespace oomflight {
@@ -25,7 +26,18 @@ SignalTurn take_signals(DumpRequests& requests, const DumpLedger& ledger, Signal
   }
   // After SIGTERM's plan: an exit dump queued goes first. A crossing taken is queued at once (nothing is busy).
   if (headroom != nullptr && coordinated && !requests.busy() && headroom->pending()) {
-    if (auto request = headroom->take()) (void)requests.queue(*request);
+    // On the watcher: nothing may escape into its thread (std::terminate would end the job). A crossing whose words
+    // could not be made stays for a later turn; one whose freeze failed is said, not retried.
+    try {
+      if (auto request = headroom->take()) {
+        try {
+          (void)requests.queue(*request);
+        } catch (const std::exception& e) {
+          log().error("the headroom dump was not written: this rank's history could not be frozen ({})", e.what());
+        }
+      }
+    } catch (const std::exception&) {
+    }
   }
   return turn;
 }

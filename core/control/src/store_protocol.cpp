@@ -361,7 +361,7 @@ void StoreProtocol::take_signal_turn() {
     // thread's); SIGTERM at once, whatever the state (torchrun's SIGKILL follows 30 s later).
     turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval,
                         dump_signal_ && state_ != State::agreeing, exit_signal_, left_, config_.dump_on_exit,
-                        state_ == State::agreed, headroom_);
+                        state_ == State::agreed, stop_ || left_ ? nullptr : headroom_);
   }
   if (turn.usr1_alone) {
     log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
@@ -562,12 +562,13 @@ void StoreProtocol::watch() {
         continue;
       }
       const std::int64_t start = monotonic_ns();
+      const std::optional<Cause> decoded = decode(*text);
       bool mine = false;
       {
         std::lock_guard lock(mutex_);
         if (stop_ || ledger_.under_way() || ledger_.number() != n) continue;
         mine = requests_.due();  // a request of this rank asked for dump n meanwhile: this rank is its origin
-        if (!mine) ledger_.begin();
+        if (!mine) ledger_.begin(decoded ? decoded->kind : DumpKind::oom);
       }
       if (mine) {
         (void)run_pending();
@@ -578,8 +579,8 @@ void StoreProtocol::watch() {
       // this rank would wait for it.
       try {
         Cause cause;
-        if (const auto c = decode(*text)) {
-          cause = *c;
+        if (decoded) {
+          cause = *decoded;
         } else {
           log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error",
                       n);
@@ -656,8 +657,10 @@ StoreProtocol::Cause StoreProtocol::cause_for(const DumpRequest& request, std::i
               request.numbers_from_message, request.reason, {}, {}};
   std::lock_guard lock(mutex_);
   const DumpResult& last = ledger_.last_result();
+  // The joint dump follows an oom dump only: after a dump of another kind (a headroom crossing) this failure's dump is
+  // its own.
   if (request.kind != DumpKind::oom || !ledger_.failed_late_in(ledger_.number() - 1) ||
-      last.status != DumpResult::Status::archive) {
+      last.status != DumpResult::Status::archive || last.kind != DumpKind::oom) {
     return cause;
   }
   // The joint archive keeps the name and batch of the one it replaces.
@@ -695,7 +698,7 @@ bool StoreProtocol::run_pending() {
     if (stop_ || ledger_.under_way()) return false;
     mine = requests_.take_due(lock);
     if (!mine) return false;
-    ledger_.begin();
+    ledger_.begin(mine->request.kind);
     n = ledger_.number();
   }
   // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of this rank

@@ -436,7 +436,9 @@ void TriggerProtocol::run_dump() {
       h = std::move(mine->history);
       request = std::move(mine->request);
     }
-    ledger_.begin();  // deciding until the freeze says whether this rank is an origin
+    // Deciding until the freeze says whether this rank is an origin; of its own request's kind, the joint dump's
+    // (oom), or the one its trigger said.
+    ledger_.begin(entry == DumpEntry::asked ? request.kind : ledger_.joint_expected() ? DumpKind::oom : heard_kind_);
     active_start_ns_ = start;
     if (entry != DumpEntry::asked && ledger_.joint_expected()) {
       // The joint dump: this rank was an origin of the dump that a late failure asked to join. It is an origin of
@@ -480,9 +482,12 @@ void TriggerProtocol::run_dump() {
       std::filesystem::remove(supersede_path_, ec);
       log().info("{} replaces {} (it names every rank that failed during that dump)", result.path, supersede_path_);
     }
-    const bool joint = exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
+    const std::vector<int> late = exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
     timeline_.mark("done messages");
-    if (joint && !rejoin && request.kind == DumpKind::oom) {
+    // Ranks that ran out of memory during an oom dump: their dump follows and names this origin too (the joint
+    // dump). After a dump of another kind theirs is a dump of its own: nobody stays.
+    if (!late.empty() && !rejoin && result.kind == DumpKind::oom) {
+      log().info("{}", late_origins_text(late));
       std::lock_guard lock(mutex_);
       ledger_.expect_joint(voted_request_, voted_batch_, result.path);
     }
@@ -705,13 +710,13 @@ DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const Du
   } catch (const std::exception& e) {
     settle_no_file(r, summary, fmt::format("{}; and the rank-local file failed: {}", why, e.what()));
   }
-  exchange_done(is_origin, header.origin_ranks, monotonic_ns() + to_ns(config_.dump_timeout));
+  (void)exchange_done(is_origin, header.origin_ranks, monotonic_ns() + to_ns(config_.dump_timeout));
   r.seconds = seconds_since(start_ns);
   return r;
 }
 
-bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
-                                    std::int64_t deadline_ns) {
+std::vector<int> TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
+                                                std::int64_t deadline_ns) {
   auto& msg = new_outgoing_message();
   msg[0] = ledger_.number();
   {
@@ -725,8 +730,8 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
     MPI_Isend(msg.data(), 2, MPI_INT64_T, origin, kTagDone, comm_, &request);
     MPI_Request_free(&request);
   }
-  if (!is_origin) return false;
-  std::vector<int> late;  // ranks that failed during this dump: their joint dump follows
+  std::vector<int> late;  // ranks that failed during this dump: their own dump follows
+  if (!is_origin) return late;
   // An origin's error ends the job: give every other rank until the deadline to finish its own file (not those
   // that left before the dump: they write none).
   // The ranks still awaited: every other rank but those that left (before or during the dump: a rank whose
@@ -762,10 +767,8 @@ bool TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32
     const int expected = 1 + missing + static_cast<int>(done.size());
     log().warn("{}", done_before_deadline_text(expected - missing, expected));
   }
-  if (late.empty()) return false;
   std::sort(late.begin(), late.end());
-  log().info("{}", late_origins_text(late));
-  return true;
+  return late;
 }
 
 void TriggerProtocol::finish(DumpResult result) {

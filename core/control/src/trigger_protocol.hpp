@@ -144,9 +144,9 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   // The request of this rank's failing thread, when it comes within a short wait after the watcher made this rank
   // an origin through its oom event (DumpLedger::words); else `asked` (the request made from the event).
   DumpRequest with_late_request(const DumpRequest& asked);
-  // DONE to the origins, who wait for every rank's. Returns (on an origin) whether a rank said it failed during
-  // this dump (its own dump follows: the joint dump).
-  bool exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
+  // DONE to the origins, who wait for every rank's. Returns (on an origin) the ranks that said they failed during
+  // this dump, ascending (their own dump follows: after an oom dump, the joint dump).
+  std::vector<int> exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
   void finish(DumpResult result);
 
   const Config& config_;

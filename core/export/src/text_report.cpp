@@ -366,8 +366,12 @@ std::string render_report(const Archive& a, const PostMortem& pm, std::size_t fr
       line(fmt::format("  rank {}: {} reserved, capacity unknown", r.rank, format_bytes(r.reserved_bytes)));
       continue;
     }
-    line(fmt::format("  rank {}: {} reserved of {}{} ({:.1f}%), {} headroom; peak reserved {}", r.rank,
-                     format_bytes(r.reserved_bytes), format_bytes(s.limit_bytes),
+    // The headroom is less what the process holds outside the allocator against the device (RankSummary): said.
+    const std::string outside = !s.limit_is_cap && r.outside_allocator_bytes > 0
+                                    ? fmt::format(" and {} outside the allocator", outside_cell(r))
+                                    : std::string();
+    line(fmt::format("  rank {}: {} reserved{} of {}{} ({:.1f}%), {} headroom; peak reserved {}", r.rank,
+                     format_bytes(r.reserved_bytes), outside, format_bytes(s.limit_bytes),
                      s.limit_is_cap ? (r.device_capacity_bytes ? fmt::format(" (its cap; the device holds {})",
                                                                              format_bytes(r.device_capacity_bytes))
                                                                : std::string(" (its cap)"))

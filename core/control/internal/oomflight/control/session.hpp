@@ -119,8 +119,8 @@ class Session {
   // A headroom crossing that no watcher takes (one process, or a rank whose dumps are its own): its dump, written
   // on the batch thread (batch_mutex_ held).
   void dump_crossing_alone();
-  // Sets the recorder's figure of the memory outside the caching allocator from NVML, at most once a second (under
-  // batch_mutex_, before the batch's row is taken).
+  // Sets the recorder's figure of the memory outside the caching allocator from NVML, at most once a second (before
+  // the batch's row is taken; not under batch_mutex_).
   void sample_outside_allocator();
   // The ranks' start-up agreement still to come: lets go of the batch lock while it waits for it (bounded).
   // Returns false when the session was shut down meanwhile.
@@ -147,7 +147,9 @@ class Session {
   // crossings) and kept as long as they are; null when the setting is off.
   std::unique_ptr<class HeadroomWatch> headroom_;
   // The driver's count of this process's device memory (process_device_memory.hpp), made at the first batch mark
-  // (NVML's initialisation is not a start-up cost), and when it was sampled last (monotonic ns; under batch_mutex_).
+  // (NVML's initialisation is not a start-up cost), and when it was sampled last (monotonic ns); both under
+  // sample_mutex_, never held with batch_mutex_.
+  std::mutex sample_mutex_;
   std::unique_ptr<class ProcessDeviceMemory> device_memory_;
   std::int64_t device_memory_sampled_ns_ = 0;
   std::mutex batch_mutex_;  // orders mark_batch calls: each window is closed once
