@@ -35,7 +35,8 @@ WORLD = 0x6f6f6d776f726c64
 BATCH = np.dtype([("rank", "<i4"), ("device", "<i4"), ("batch", "<i8"), ("start_t_ns", "<i8"), ("end_t_ns", "<i8")] +
                  [(name, "<u8") for name in ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
                                              "peak_reserved_bytes", "device_capacity_bytes", "device_free_bytes",
-                                             "alloc_events", "free_events", "oom_events")])
+                                             "alloc_events", "free_events", "oom_events")] +
+                 [("outside_allocator_bytes", "<i8")])  # since 0.3 (issue 42): -1 unknown
 
 
 def write(kind, name, data):
@@ -104,17 +105,20 @@ def archives():
                       "origin_ranks": f.attrs["origin_ranks"], "ranks_present": f.attrs["ranks_present"]}
         base_rows = {name: f[name][...] for name in DATASETS if name in f}
     # The fixture's /ranks rows predate the collective counts (0.2.1) and the memory cap and the figures' source
-    # (issue 30): the fuzz target writes today's rows (RankRow: 8 bytes of padding after numbers_from_message's 4).
+    # (issue 30) and the memory outside the allocator (issue 42): the fuzz target writes today's rows (RankRow: 4
+    # bytes of padding after numbers_from_message's 4, then outside_allocator_bytes).
     old = base_rows["ranks"]
     added = [("collectives_recorded", "<u8", 0), ("collectives_overwritten", "<u8", 8),
-             ("collectives_in_flight", "<u8", 16), ("memory_cap_bytes", "<u8", 24), ("numbers_from_message", "<u4", 32)]
+             ("collectives_in_flight", "<u8", 16), ("memory_cap_bytes", "<u8", 24), ("numbers_from_message", "<u4", 32),
+             ("outside_allocator_bytes", "<i8", 40)]
     ranks = np.zeros(len(old), dtype=np.dtype({
         "names": list(old.dtype.names) + [n for n, _, _ in added],
         "formats": [old.dtype.fields[n][0] for n in old.dtype.names] + [f for _, f, _ in added],
         "offsets": [old.dtype.fields[n][1] for n in old.dtype.names] + [old.dtype.itemsize + o for _, _, o in added],
-        "itemsize": old.dtype.itemsize + 40}))
+        "itemsize": old.dtype.itemsize + 48}))
     for name in old.dtype.names:
         ranks[name] = old[name]
+    ranks["outside_allocator_bytes"] = -1  # unknown, as an archive written without NVML says
     base_rows["ranks"] = ranks
     # Ranks 0, 1 and 3 wait in allreduce #1 on the world communicator, which rank 2 (an origin) never entered.
     collectives = np.zeros(9, dtype=COLLECTIVE)
@@ -133,6 +137,7 @@ def archives():
     batches["batch"] = [0, 1] * 4
     batches["peak_allocated_bytes"] = 1 << 30
     batches["device_capacity_bytes"] = 40 << 30
+    batches["outside_allocator_bytes"] = -1
     base_rows["batches"] = batches
     # ContextRow, 24 bytes: rank 1's first two strings as a key/value pair.
     context_dtype = np.dtype({"names": ["rank", "kind", "batch", "key", "value"],
