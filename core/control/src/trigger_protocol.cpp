@@ -30,6 +30,7 @@
 
 #include "collective_dump.hpp"
 #include "dump_role.hpp"
+#include "dump_run.hpp"
 #include "dump_signal.hpp"
 #include "dump_words.hpp"
 #include "peer_processes.hpp"
@@ -173,8 +174,8 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
     const auto bound = std::chrono::nanoseconds(left_ns);
     abandoned_ = !done_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
                                  [&] { return watcher_exited_; });
-    stuck_safety_path = safety_path_shared_;
   }
+  if (abandoned_) stuck_safety_path = run_.rank_file();
   if (abandoned_) {
     watcher_.detach();
     log().error("the dump is stuck in an MPI call (a rank stalled or died during it); leaving it behind so that "
@@ -421,7 +422,7 @@ bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns, b
 
 void TriggerProtocol::run_dump() {
   const std::int64_t start = monotonic_ns();
-  timeline_ = DumpTimeline();
+  DumpTimeline timeline;
   DumpEntry entry = DumpEntry::heard;
   DumpRequest request;
   FrozenHistory h;
@@ -451,114 +452,63 @@ void TriggerProtocol::run_dump() {
     }
     device = freeze_device(entry, ledger_);
   }
-  const bool rejoin = entry == DumpEntry::rejoined;
   if (entry != DumpEntry::asked) {
     h = recorder_.freeze(device);
-    if (rejoin) h.batch = joint_batch;
+    if (entry == DumpEntry::rejoined) h.batch = joint_batch;
   }
   const bool is_origin = settle_role(ledger_, mutex_, done_, entry, h, id_.rank, request).origin;
-  timeline_.mark("freeze");
+  timeline.mark("freeze");
   if (is_origin && !broken_ && !triggers_sent) send_triggers(ledger_.number(), h.batch, request.kind);
-  timeline_.mark("triggers");
-  DumpResult result;
-  if (broken_) {
-    keep_safety_copy(h, is_origin, request);
-    result = fall_back(h, is_origin, request, start, "an earlier dump left the ranks out of step");
-  } else {
-    result = agree_and_write(h, is_origin, request, start + to_ns(config_.dump_timeout), start);
-  }
-  if (result.status == DumpResult::Status::archive) {
-    if (!safety_path_.empty() && !config_.keep_rank_files) {
-      std::error_code ec;
-      std::filesystem::remove(safety_path_, ec);  // the archive holds it now, verified
-    }
-    timeline_.mark("remove safety copy");
-    // An origin's error ends the job as soon as its call returns: it waits until every rank has removed its
-    // safety copy, or a rank torn down first would leave its copy beside the archive.
-    std::vector<std::int32_t> origins(result.origin_ranks.begin(), result.origin_ranks.end());
-    if (rejoin && result.path != supersede_path_ && !supersede_path_.empty()) {
-      // The joint archive got another name (a lower late origin named it): the first one is superseded.
-      std::error_code ec;
-      std::filesystem::remove(supersede_path_, ec);
-      log().info("{} replaces {} (it names every rank that failed during that dump)", result.path, supersede_path_);
-    }
-    const std::vector<int> late = exchange_done(is_origin, origins, monotonic_ns() + to_ns(config_.dump_timeout));
-    timeline_.mark("done messages");
-    // Ranks that ran out of memory during an oom dump: their dump follows and names this origin too (the joint
-    // dump). After a dump of another kind theirs is a dump of its own: nobody stays.
-    if (!late.empty() && !rejoin && result.kind == DumpKind::oom) {
-      log().info("{}", late_origins_text(late));
-      std::lock_guard lock(mutex_);
-      ledger_.expect_joint(voted_request_, voted_batch_, result.path);
-    }
-  }
+  timeline.mark("triggers");
+  DumpResult result = run_.run(*this, h, is_origin, std::move(request), start, timeline);
   supersede_path_.clear();
-  safety_path_.clear();
-  log().debug("dump phases on rank {} of {} from {} ns (wall/CPU ms): {}", id_.rank, id_.world_size,
-              timeline_.start_ns(), timeline_.text());
   finish(std::move(result));
 }
 
-DumpRequest TriggerProtocol::with_late_request(const DumpRequest& asked) {
-  // This rank is an origin through its oom event: another rank's trigger woke the watcher before the failing
-  // thread asked. Its request carries the job's own error text for the archive's reason (the safety copy is
-  // written already; every other rank waits in the vote meanwhile, so not for long).
-  std::unique_lock lock(mutex_);
-  return ledger_.words(lock, done_, stop_, config_.dump_timeout).value_or(asked);
-}
-
-TriggerProtocol::LocalView TriggerProtocol::local_view(const FrozenHistory& h, bool is_origin,
-                                                       const DumpRequest& request,
-                                                       std::vector<std::int32_t> origins) const {
+DumpFacts TriggerProtocol::local_facts(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                       std::vector<std::int32_t> origins) const {
   // Without an agreement, the origins this rank knows of are itself and the senders of the triggers it received.
   origins.insert(origins.end(), heard_origins_.begin(), heard_origins_.end());
   if (is_origin) origins.push_back(id_.rank);
   std::sort(origins.begin(), origins.end());
   origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
   const bool heard = !is_origin && !heard_origins_.empty();
-  LocalView v;
-  v.batch = heard && heard_batch_ >= 0 ? heard_batch_ : h.batch;
-  v.kind = heard ? heard_kind_ : request.kind;
-  v.header = executor_.header(v.kind, v.batch, is_origin ? fmt::format("rank {}: {}", id_.rank, request.reason) : "",
-                              std::move(origins), {id_.rank});
-  v.header.dump_number = ledger_.number();  // the files of one dump carry one number: merge checks it
-  return v;
+  DumpFacts f;
+  f.batch = heard && heard_batch_ >= 0 ? heard_batch_ : h.batch;
+  f.kind = heard ? heard_kind_ : request.kind;
+  f.origins = std::move(origins);
+  // A trigger carries no figures: this rank's own request's (an origin's), or none.
+  f.requested_bytes = request.requested_bytes;
+  f.device_free_bytes = request.device_free_bytes;
+  f.numbers_from_message = request.numbers_from_message;
+  f.reason = request.reason;
+  return f;
 }
 
-void TriggerProtocol::keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request) {
-  const LocalView v = local_view(h, is_origin, request);
-  std::string path;
-  try {
-    path = executor_.write_rank_local(v.header, executor_.rank_row(h, is_origin, request), h, v.batch,
-                                      Durability::handed_to_kernel,  // the verified archive replaces it
-                                      &request.state);
-    log().debug("safety copy of this rank's history: {}", path);
-  } catch (const std::exception& e) {
-    // The history is still in memory: the archive may yet hold it. Say so now, in case it does not.
-    log().error("cannot write this rank's rank-local file before the archive: {}", e.what());
-  }
-  safety_path_ = path;
-  std::lock_guard lock(mutex_);
-  safety_path_shared_ = path;  // for a shutdown() that has to leave this dump behind
+DumpFacts TriggerProtocol::facts_known(const FrozenHistory& h, bool is_origin, const DumpRequest& request) {
+  return local_facts(h, is_origin, request);
 }
 
-DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& asked,
-                                            std::int64_t deadline_ns, std::int64_t start_ns) {
+AssembledDump TriggerProtocol::failed(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                      std::string why, std::vector<std::int32_t> origins) {
+  // The ranks are out of step (or every one of them failed to write): no snapshot can be agreed on after this.
+  if (snapshots_) snapshots_->abandon();
+  AssembledDump a;
+  a.facts = local_facts(h, is_origin, request, std::move(origins));
+  a.error = std::move(why);
+  return a;
+}
+
+AssembledDump TriggerProtocol::assemble(FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                        const std::string& /*rank_file*/, std::int64_t deadline_ns,
+                                        DumpTimeline& timeline) {
   const int size = id_.world_size;
-  // The safety copy first, then the vote: no collective can complete before every rank's copy is on disk, so
-  // once the archive is laid out every history is safe whatever happens to any rank. (Posting the vote first and
-  // writing the copy while it travels overlaps the two, but another thread's MPI calls can complete the votes
-  // meanwhile, and a rank stopped then lost its copy: tests/faults/dump_faults.py caught it.)
-  keep_safety_copy(h, is_origin, asked);
-  timeline_.mark("safety copy");
-  const DumpRequest request = with_late_request(asked);
-  timeline_.mark("late request");
-  voted_request_ = request;  // a joint dump that follows names this rank with the same words and figures
-  voted_batch_ = h.batch;
+  const std::int64_t start_ns = active_start_ns_;
+  if (broken_) return failed(h, is_origin, request, "an earlier dump left the ranks out of step");
   leave_->receive_left_messages();
   if (!leave_->gone().empty()) {
     // No vote can complete without them: the rank-local files now, not after the deadline.
-    return fall_back(h, is_origin, request, start_ns, gone_ranks_text());
+    return failed(h, is_origin, request, gone_ranks_text());
   }
   Vote mine;
   mine.is_origin = is_origin ? 1 : 0;
@@ -585,13 +535,13 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   if (!wait_for(pending, deadline_ns, true)) {
     buffers.release();  // NOLINT: deliberately leaked, see above
     broken_ = true;
-    return fall_back(h, is_origin, request, start_ns,
-                     leave_->gone().empty()
-                         ? fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text)
-                         : gone_ranks_text());
+    return failed(h, is_origin, request,
+                  leave_->gone().empty()
+                      ? fmt::format("not every rank joined the dump within {} (OOMFLIGHT_DUMP_TIMEOUT)", timeout_text)
+                      : gone_ranks_text());
   }
   log().debug("votes of {} ranks in {}", size, format_seconds(seconds_since(start_ns)));
-  timeline_.mark("votes");
+  timeline.mark("votes");
   const VoteSummaryHead summary = buffers->all.head();
   ArchiveRowCounts row_totals{};
   std::copy(std::begin(summary.row_totals), std::end(summary.row_totals), row_totals.begin());
@@ -641,14 +591,14 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
   ArchiveHeader header = executor_.header(kind, batch, reason, origins, present);
   header.dump_number = ledger_.number();
   const RankRow row = executor_.rank_row(h, is_origin, request);
-  timeline_.mark("tally");
+  timeline.mark("tally");
   std::string path;
   try {
     path = write_dump_collective(
         executor_, name, header, row, h, comm_,
         CollectiveArchive{.root = namer,
                           .wait = [&](MPI_Request& step) { return wait_for(step, deadline_ns); },
-                          .step_done = [this](const char* step) { timeline_.mark(step); },
+                          .step_done = [&timeline](const char* step) { timeline.mark(step); },
                           .stripes = config_.archive_stripes,
                           .row_totals = row_totals,
                           // A joint dump's archive replaces the one this job just wrote under that name.
@@ -656,82 +606,41 @@ DumpResult TriggerProtocol::agree_and_write(FrozenHistory& h, bool is_origin, co
         &request.state);
   } catch (const CollectiveTimeout& e) {
     broken_ = true;  // a collective stays pending on comm_
-    return fall_back(h, is_origin, request, start_ns,
-                     fmt::format("{} (OOMFLIGHT_DUMP_TIMEOUT, {})", e.what(), timeout_text), origins);
+    return failed(h, is_origin, request, fmt::format("{} (OOMFLIGHT_DUMP_TIMEOUT, {})", e.what(), timeout_text),
+                  origins);
   } catch (const ArchiveError& e) {
-    return fall_back(h, is_origin, request, start_ns, e.what(), origins);  // every rank throws together
+    return failed(h, is_origin, request, e.what(), origins);  // every rank throws together
   } catch (const std::exception& e) {
     broken_ = true;  // thrown on this rank alone: the others wait for it in a collective
-    return fall_back(h, is_origin, request, start_ns, e.what(), origins);
+    return failed(h, is_origin, request, e.what(), origins);
   }
   log().debug("archive written in {}", format_seconds(seconds_since(start_ns)));
-  DumpResult r;
-  r.status = DumpResult::Status::archive;
-  r.kind = kind;
-  r.path = path;
-  r.origin_ranks.assign(origins.begin(), origins.end());
-  r.ranks_written = size;
-  r.world_size = size;
-  r.batch = batch;
-  r.seconds = seconds_since(start_ns);
-  if (id_.rank == lowest.rank) {
-    say_archive_written(dump_summary(kind, origins, batch, lowest.requested_bytes, lowest.device_free_bytes, 0,
-                                     fixed_string(lowest.reason)),
-                        r);
-    prune_archives(r.path, id_.run_name, id_.job_id, config_);  // one rank prunes: the one that names the archive
-  }
-  return r;
+  AssembledDump a;
+  a.archive = true;
+  a.path = path;
+  a.ranks_written = size;
+  a.facts = DumpFacts{kind, batch, origins, lowest.requested_bytes, lowest.device_free_bytes, 0,
+                      fixed_string(lowest.reason)};
+  a.replaces = supersede_path_;
+  // The lowest origin speaks for the dump, and prunes: every rank knows it alike from the votes.
+  a.speaks = a.prunes = id_.rank == lowest.rank;
+  return a;
 }
 
-DumpResult TriggerProtocol::fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request,
-                                      std::int64_t start_ns, const std::string& why,
-                                      std::vector<std::int32_t> origins) {
-  // The ranks are out of step (or every one of them failed to write): no snapshot can be agreed on after this.
-  if (snapshots_) snapshots_->abandon();
-  const LocalView v = local_view(h, is_origin, request, std::move(origins));
-  const ArchiveHeader& header = v.header;
-  const std::int64_t batch = v.batch;
-  const RankRow row = executor_.rank_row(h, is_origin, request);
-  DumpResult r;
-  r.kind = v.kind;
-  r.origin_ranks.assign(header.origin_ranks.begin(), header.origin_ranks.end());
-  r.world_size = id_.world_size;
-  r.batch = batch;
-  r.error = why;
-  const std::string summary = dump_summary(v.kind, header.origin_ranks, batch, request.requested_bytes,
-                                           request.device_free_bytes, request.numbers_from_message, request.reason);
-  try {
-    if (safety_path_.empty()) {
-      const std::string path = executor_.write_rank_local(header, row, h, batch, Durability::verified, &request.state);
-      settle_rank_local(r, summary, path, true, why, id_);
-    } else {
-      settle_rank_local(r, summary, safety_path_, false, why, id_);  // the safety copy is the result now
-    }
-  } catch (const std::exception& e) {
-    settle_no_file(r, summary, fmt::format("{}; and the rank-local file failed: {}", why, e.what()));
-  }
-  (void)exchange_done(is_origin, header.origin_ranks, monotonic_ns() + to_ns(config_.dump_timeout));
-  r.seconds = seconds_since(start_ns);
-  return r;
-}
-
-std::vector<int> TriggerProtocol::exchange_done(bool is_origin, const std::vector<std::int32_t>& origins,
-                                                std::int64_t deadline_ns) {
+std::vector<int> TriggerProtocol::end_dump(bool is_origin, const std::vector<std::int32_t>& origins, bool late,
+                                           bool /*wrote*/, std::int64_t deadline_ns) {
+  // DONE to every origin, from every rank, with or without a file: over MPI an origin waits for every rank not gone.
   auto& msg = new_outgoing_message();
   msg[0] = ledger_.number();
-  {
-    std::lock_guard lock(mutex_);
-    // This rank failed during the dump: its own follows, and the origins should stay.
-    msg[1] = ledger_.says_late() ? 1 : 0;
-  }
+  msg[1] = late ? 1 : 0;  // this rank failed during the dump: its own follows, and the origins should stay
   for (int origin : origins) {
     if (origin == id_.rank) continue;
     MPI_Request request;
     MPI_Isend(msg.data(), 2, MPI_INT64_T, origin, kTagDone, comm_, &request);
     MPI_Request_free(&request);
   }
-  std::vector<int> late;  // ranks that failed during this dump: their own dump follows
-  if (!is_origin) return late;
+  std::vector<int> late_ranks;  // ranks that failed during this dump: their own dump follows
+  if (!is_origin) return late_ranks;
   // An origin's error ends the job: give every other rank until the deadline to finish its own file (not those
   // that left before the dump: they write none).
   // The ranks still awaited: every other rank but those that left (before or during the dump: a rank whose
@@ -759,7 +668,7 @@ std::vector<int> TriggerProtocol::exchange_done(bool is_origin, const std::vecto
     MPI_Recv(done_msg.data(), 2, MPI_INT64_T, status.MPI_SOURCE, kTagDone, comm_, MPI_STATUS_IGNORE);
     if (done_msg[0] == ledger_.number()) {
       done.insert(status.MPI_SOURCE);
-      if (done_msg[1] != 0) late.push_back(status.MPI_SOURCE);
+      if (done_msg[1] != 0) late_ranks.push_back(status.MPI_SOURCE);
     }
   }
   if (const int missing = awaited(); missing > 0) {
@@ -767,8 +676,8 @@ std::vector<int> TriggerProtocol::exchange_done(bool is_origin, const std::vecto
     const int expected = 1 + missing + static_cast<int>(done.size());
     log().warn("{}", done_before_deadline_text(expected - missing, expected));
   }
-  std::sort(late.begin(), late.end());
-  return late;
+  std::sort(late_ranks.begin(), late_ranks.end());
+  return late_ranks;
 }
 
 void TriggerProtocol::finish(DumpResult result) {

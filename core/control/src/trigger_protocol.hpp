@@ -18,6 +18,7 @@
 #include "dump_executor.hpp"
 #include "dump_ledger.hpp"
 #include "dump_requests.hpp"
+#include "dump_run.hpp"
 #include "dump_signal.hpp"
 #include "signal_turn.hpp"
 #include "dump_timeline.hpp"
@@ -35,7 +36,7 @@
 
 namespace oomflight {
 
-class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Transport {
+class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Transport, private DumpAssembly {
  public:
   /// Collective over `comm` (already duplicated for us; we own it). Posts the trigger receive and starts the
   /// watcher thread. References must outlive the protocol; `headroom` (may be null) too: its crossings are this
@@ -118,15 +119,23 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   // "ranks 0-1, 3 left the job before this dump (...)"; the ranks whose process ended without a word are named too.
   std::string gone_ranks_text(bool before_dump = true) const;
 
-  // What a rank knows of a dump on its own (before or without the votes): origins, batch, kind, its header.
-  struct LocalView {
-    ArchiveHeader header;
-    std::int64_t batch = -1;
-    DumpKind kind = DumpKind::oom;
-  };
-  LocalView local_view(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
-                       std::vector<std::int32_t> origins = {}) const;
-  void keep_safety_copy(const FrozenHistory& h, bool is_origin, const DumpRequest& request);
+  // What a rank knows of a dump on its own (before or without the votes): its origins (`origins` and those of the
+  // triggers heard), batch and kind, and its own request's figures.
+  DumpFacts local_facts(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                        std::vector<std::int32_t> origins = {}) const;
+  // DumpAssembly (dump_run.hpp): the votes, the collective write and the DONE messages; the rest of a dump is
+  // DumpRun's, as over the store.
+  DumpFacts facts_known(const FrozenHistory& h, bool is_origin, const DumpRequest& request) override;
+  AssembledDump assemble(FrozenHistory& h, bool is_origin, const DumpRequest& request, const std::string& rank_file,
+                         std::int64_t deadline_ns, DumpTimeline& timeline) override;
+  // DONE to the origins, who wait for every rank's. Returns (on an origin) the ranks that said they failed during
+  // this dump, ascending (their own dump follows: after an oom dump, the joint dump).
+  std::vector<int> end_dump(bool is_origin, const std::vector<std::int32_t>& origins, bool late, bool wrote,
+                            std::int64_t deadline_ns) override;
+  std::unique_lock<std::mutex> lock_files() override { return {}; }  // MPI's files are the watcher's alone
+  // No archive: abandons the snapshots (the ranks are out of step) and says why, with what this rank knows.
+  AssembledDump failed(const FrozenHistory& h, bool is_origin, const DumpRequest& request, std::string why,
+                       std::vector<std::int32_t> origins = {});
   // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
   void end_by_sigterm(const char* why);
   void watch();
@@ -137,16 +146,6 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   void run_dump();
   void send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind);
   bool wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left = false);
-  DumpResult agree_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t deadline_ns,
-                             std::int64_t start_ns);
-  DumpResult fall_back(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t start_ns,
-                       const std::string& why, std::vector<std::int32_t> origins = {});
-  // The request of this rank's failing thread, when it comes within a short wait after the watcher made this rank
-  // an origin through its oom event (DumpLedger::words); else `asked` (the request made from the event).
-  DumpRequest with_late_request(const DumpRequest& asked);
-  // DONE to the origins, who wait for every rank's. Returns (on an origin) the ranks that said they failed during
-  // this dump, ascending (their own dump follows: after an oom dump, the joint dump).
-  std::vector<int> exchange_done(bool is_origin, const std::vector<std::int32_t>& origins, std::int64_t deadline_ns);
   void finish(DumpResult result);
 
   const Config& config_;
@@ -165,7 +164,6 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   std::int64_t active_start_ns_ = 0;     // when it began (monotonic)
   bool watcher_exited_ = false;
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
-  std::string safety_path_shared_;       // safety_path_, readable under mutex_
   SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
   HeadroomWatch* const headroom_;            // the session's (OOMFLIGHT_HEADROOM_DUMP), or null
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
@@ -173,8 +171,7 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
   bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
   const char* exit_why_ = "";            // ... with these words (take_signals)
-  std::string safety_path_;              // this dump's rank-local file, written before any collective (watcher)
-  DumpTimeline timeline_;                // this dump's steps, logged at its end (watcher; docs/scale.md)
+  DumpRun run_{config_, id_, executor_, ledger_, mutex_, done_, stop_};  // a dump's steps, as over the store
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};
@@ -184,8 +181,6 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   // The joint dump (dump_ledger.hpp): a rank that fails during another rank's dump, after its freeze, says so in
   // its DONE message; the origins then stay (their requests do not return) for its dump.
   std::string supersede_path_;       // the archive the joint dump replaces, during it (watcher)
-  DumpRequest voted_request_;        // this rank's request in its last vote (watcher)
-  std::int64_t voted_batch_ = -1;
   std::unique_ptr<LeaveAgreement> leave_;
   std::unique_ptr<protocol::VoteReduction> votes_;  // the agreement's MPI datatype and operation (vote_summary.hpp)  // its barrier: watcher only; after the watcher stopped: shutdown()
   bool leaving_ = false;        // shutdown() asked to leave together (mutex_)
