@@ -1,9 +1,11 @@
 // What a Session asks of whatever coordinates its rank's dumps with the job's other ranks (docs/protocol.md, "One
 // coordinator, two transports"): the MPI transport (trigger_protocol.hpp: a watcher on a duplicated communicator,
 // votes and a collective write) or the job's c10d store (store_protocol.hpp: keys, rank-local files and a merge).
-// A Session holds at most one at a time and never asks which: what one transport cannot do, the interface asks as a
-// capability (leaves_with_the_job), and the rules both keep are written once in the pieces they share
-// (agreed_settings, dump_words, dump_signal, peer_processes, dump_executor, snapshot_events).
+// Both are one Coordinator (coordinator.hpp: the watcher's loop and the state its rules are about) over their own
+// mechanics, and run a dump's steps with DumpRun (dump_run.hpp). A Session holds at most one at a time and never asks
+// which: what one transport cannot do, the interface asks as a capability (leaves_with_the_job), and the rules both
+// keep are written once in the pieces they share (dump_ledger, dump_requests, signal_turn, dump_role, leave_rule,
+// agreed_settings, dump_words, dump_outcome, dump_signal, peer_processes, dump_executor, snapshot_dump).
 //
 // Thread-safety: request(), why_alone(), agreeing() and await_agreement() may be called from any thread at any time
 // before end(); the rest from the session's thread, under its batch lock where the Session says so.

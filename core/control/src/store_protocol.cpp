@@ -13,6 +13,7 @@
 
 #include "dump_outcome.hpp"
 #include "dump_role.hpp"
+#include "dump_run.hpp"
 #include "dump_signal.hpp"
 #include "dump_timeline.hpp"
 #include "dump_words.hpp"
@@ -86,9 +87,10 @@ std::optional<std::vector<std::int32_t>> to_ranks(const std::string& text) {
 StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::mutex& identity_mutex,
                              std::mutex& files_mutex, Recorder& recorder, DumpExecutor& executor,
                              std::unique_ptr<StoreClient> store, HeadroomWatch* headroom)
-    : config_(config), id_(identity), identity_mutex_(identity_mutex), recorder_(recorder), executor_(executor),
+    : Coordinator(config, identity, recorder, executor, headroom),
+      id_(identity), identity_mutex_(identity_mutex), executor_(executor),
       store_(std::make_unique<StoreHandle>(std::move(store))), pacing_(store_pacing(config.poll_interval, identity.world_size)),
-      files_mutex_(files_mutex), headroom_(headroom) {
+      files_mutex_(files_mutex) {
   // Rank 0 gives up on missing hellos after one deadline; the others wait for its verdict one deadline more (rank 0
   // may have started later than they did).
   agree_deadline_ns_ = monotonic_ns() + to_ns(config_.dump_timeout) * (identity.rank == 0 ? 1 : 2);
@@ -105,14 +107,7 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   store_->add("hellos", 1);  // rank 0's watcher reads the hellos once all are there, and publishes its verdict
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
-  watcher_ = std::thread([this] {
-    watch();
-    {
-      std::lock_guard lock(mutex_);
-      watcher_exited_ = true;
-    }
-    cv_.notify_all();
-  });
+  start_watcher();
   // Once there is a watcher to act on their flags.
   exit_signal_ = install_exit_signal();
   dump_signal_ = install_dump_signal();  // SIGUSR1 to any rank: every rank's history, and the job goes on
@@ -353,21 +348,18 @@ bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
   return state_ == State::agreed;
 }
 
-void StoreProtocol::take_signal_turn() {
-  SignalTurn turn;
-  {
-    std::lock_guard lock(mutex_);
-    // SIGUSR1 once the agreement said whether the ranks coordinate (a request waits for it, and it is this
-    // thread's); SIGTERM at once, whatever the state (torchrun's SIGKILL follows 30 s later).
-    turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval,
-                        dump_signal_ && state_ != State::agreeing, exit_signal_, left_, config_.dump_on_exit,
-                        state_ == State::agreed, stop_ || left_ ? nullptr : headroom_);
-  }
-  if (turn.usr1_alone) {
-    log().warn("SIGUSR1 received, but this job's ranks did not agree at start: no dump of every rank");
-  }
-  if (turn.end_why == nullptr) return;  // a signal dump queued is run by the loop (run_pending)
-  (void)run_pending();  // the exit dump, or a request's that waited for this watcher: every dump runs here
+Coordinator::SignalFlags StoreProtocol::signal_flags() {
+  // SIGUSR1 once the agreement said whether the ranks coordinate (a request waits for it, and it is this thread's);
+  // SIGTERM at once, whatever the state (torchrun's SIGKILL follows 30 s later).
+  return SignalFlags{.usr1 = dump_signal_ && state_ != State::agreeing,
+                     .term = exit_signal_,
+                     .leaving = left_,
+                     .dump_on_exit = config_.dump_on_exit,
+                     .coordinated = state_ == State::agreed,
+                     .headroom = !stop_ && !left_};
+}
+
+void StoreProtocol::tell_left_on_signal() {
   // The process ends on a signal: no dump after this one may wait for it (the others learn it now, not at their
   // deadline). A rank already counted as ending normally is not counted again as leaving early.
   std::int64_t reached = 0;
@@ -379,7 +371,6 @@ void StoreProtocol::take_signal_turn() {
     ending = said_ending_;
   }
   if (agreed) tell_left(reached, !ending);
-  end_by_sigterm_saying(turn.end_why);
 }
 
 bool StoreProtocol::state_off() {
@@ -479,158 +470,140 @@ void StoreProtocol::merge_snapshot(std::int64_t first_batch, std::int64_t last_b
   }
 }
 
-void StoreProtocol::watch() {
-  int failures = 0;
-  std::int64_t next_store_ns = 0;  // when the store is asked next: at the job's pace (store_pacing.hpp)
-  for (;;) {
-    take_signal_turn();
-    // The signals are looked at every OOMFLIGHT_POLL_INTERVAL, whatever the store's pace: a SIGTERM is acted on at
-    // once at any scale (torchrun's SIGKILL follows 30 s later). A rank of this node that wrote a dump's cause rings
-    // this doorbell: the store is looked at now, not at the next look its pace allows (issue 40, item 7).
-    const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
+void StoreProtocol::look_for_dump(const WatcherDoorbell::Rings& rings) {
+  const std::int64_t now = monotonic_ns();
+  if (state_off()) {
+    if (verdict_late_ && now >= next_store_ns_) {
+      // This rank gave up on rank 0's verdict; rank 0 may still publish one (it started late): adopt it then, or
+      // this rank would stay out of every dump the others coordinate.
+      next_store_ns_ = now + to_ns(pacing_.idle * 10);
+      try {
+        if (store_->get("agreement")) {
+          verdict_late_ = false;
+          log().info("rank 0's agreement came after this rank's deadline; it holds from now on");
+          take_verdict(now);  // adopts it: coordinated from now on, or off for rank 0's reason
+          cv_.notify_all();
+        }
+      } catch (const std::exception& e) {
+        log().debug("the job's store: {}", e.what());
+      }
+    }
+    return;
+  }
+  // The store is asked at the job's pace (store_pacing.hpp), or at once when a rank of this node wrote a dump's
+  // cause and rang this doorbell (issue 40, item 7).
+  if (now < next_store_ns_ && !rings.other) return;
+  next_store_ns_ = now + to_ns(pacing_.idle);
+  // The store answered again after failures: said once, with their count.
+  const auto answered = [&] {
+    if (failures_ == 0) return;
+    log().info("the job's store answers again, after {} failed {}", store_failures_,
+               store_failures_ == 1 ? "look" : "looks");
+    failures_ = 0;
+    store_failures_ = 0;
+  };
+  try {
+    State state;
     {
       std::lock_guard lock(mutex_);
-      if (stop_) return;
+      state = state_;
     }
-    const std::int64_t now = monotonic_ns();
-    if (state_off()) {
-      take_signal_turn();  // SIGUSR1 is said to be of no use; SIGTERM ends the process
-      if (verdict_late_ && now >= next_store_ns) {
-        // This rank gave up on rank 0's verdict; rank 0 may still publish one (it started late): adopt it then, or
-        // this rank would stay out of every dump the others coordinate.
-        next_store_ns = now + to_ns(pacing_.idle * 10);
-        try {
-          if (store_->get("agreement")) {
-            verdict_late_ = false;
-            log().info("rank 0's agreement came after this rank's deadline; it holds from now on");
-            take_verdict(now);  // adopts it: coordinated from now on, or off for rank 0's reason
-            cv_.notify_all();
-          }
-        } catch (const std::exception& e) {
-          log().debug("the job's store: {}", e.what());
-        }
-      }
-      continue;
-    }
-    take_signal_turn();  // right after the wait: a signal dump queued now is run in this turn
-    // A request of this rank (or a signal's) is run now, whatever the store's pace: its thread waits for it.
-    if (run_pending()) {
-      take_signal_turn();
-      continue;
-    }
-    if (now < next_store_ns && !rings.other) continue;
-    next_store_ns = now + to_ns(pacing_.idle);
-    // The store answered again after failures: said once, with their count.
-    const auto answered = [&] {
-      if (failures == 0) return;
-      log().info("the job's store answers again, after {} failed {}", store_failures_,
-                 store_failures_ == 1 ? "look" : "looks");
-      failures = 0;
-      store_failures_ = 0;
-    };
-    try {
-      State state;
-      {
-        std::lock_guard lock(mutex_);
-        state = state_;
-      }
-      if (state == State::agreeing) {
-        if (try_agree(agree_deadline_ns_)) cv_.notify_all();
-        answered();
-        continue;
-      }
-      std::int64_t n = 0;
-      {
-        std::lock_guard lock(mutex_);
-        if (ledger_.under_way()) continue;
-        n = ledger_.number();
-      }
-      notice_vanished();
-      const auto text = store_->get(key(n, "cause"));
+    if (state == State::agreeing) {
+      if (try_agree(agree_deadline_ns_)) cv_.notify_all();
       answered();
-      if (!text) {
-        // No dump to answer: a snapshot window this rank completed is merged now.
-        std::optional<std::pair<std::int64_t, std::int64_t>> window;
-        {
-          std::lock_guard lock(mutex_);
-          if (!snapshots_to_merge_.empty()) {
-            window = snapshots_to_merge_.front();
-            snapshots_to_merge_.erase(snapshots_to_merge_.begin());
-          }
-        }
-        if (window) merge_snapshot(window->first, window->second);
-        continue;
-      }
-      const std::int64_t start = monotonic_ns();
-      const std::optional<Cause> decoded = decode(*text);
-      bool mine = false;
-      {
-        std::lock_guard lock(mutex_);
-        if (stop_ || ledger_.under_way() || ledger_.number() != n) continue;
-        mine = requests_.due();  // a request of this rank asked for dump n meanwhile: this rank is its origin
-        if (!mine) ledger_.begin(decoded ? decoded->kind : DumpKind::oom);
-      }
-      if (mine) {
-        (void)run_pending();
-        take_signal_turn();
-        continue;
-      }
-      // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of
-      // this rank would wait for it.
-      try {
-        Cause cause;
-        if (decoded) {
-          cause = *decoded;
-        } else {
-          log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error",
-                      n);
-        }
-        log().debug("dump {}'s cause from rank {} seen {}", n, cause.origin,
-                    rings.other ? "at once (a rank of this node rang)" : "at a look");
-        // This rank was an origin of the dump a late failure asked to join (the joint dump): an origin of this one
-        // too, with the same words and figures (its request waits for this dump: await_joint).
-        const bool rejoin = std::find(cause.joint_origins.begin(), cause.joint_origins.end(), id_.rank) !=
-                            cause.joint_origins.end();
-        const DumpEntry entry = rejoin ? DumpEntry::rejoined : DumpEntry::heard;
-        DumpRequest request;
-        request.kind = cause.kind;
-        int device = -1;
-        {
-          std::lock_guard lock(mutex_);
-          if (rejoin) request = ledger_.joint_request();
-          device = freeze_device(entry, ledger_);
-        }
-        FrozenHistory h = recorder_.freeze(device);
-        const DumpRole role = settle_role(ledger_, mutex_, cv_, entry, h, id_.rank, request);
-        if (role.through_event) {
-          try {
-            store_->add(key(n, "trigger"), 1);  // an origin's trigger, as tell_cause() adds it
-          } catch (const std::exception& e) {
-            log().warn("the job's store: {}", e.what());
-          }
-        }
-        const bool is_origin = role.origin;
-        finish(run_dump(n, is_origin, h, request, cause, start));
-      } catch (const std::exception& e) {
-        DumpResult r;
-        r.error = e.what();
-        log().error("dump {} failed on this rank: {}", n, e.what());
-        finish(std::move(r));
-      }
-      take_signal_turn();
-    } catch (const std::exception& e) {
-      {
-        std::lock_guard lock(mutex_);
-        if (stop_) return;  // the store was let go of under this look (leave): not a failure of the store's
-      }
-      store_failed(e);
-      // Back off, doubling up to 30 s: a store that went away must cost neither a core nor the job's log (torch
-      // may log each failed request of its own).
-      const std::int64_t backoff = std::min<std::int64_t>(to_ns(pacing_.idle * 10) << std::min(failures, 12),
-                                                          30'000'000'000);
-      ++failures;
-      next_store_ns = monotonic_ns() + backoff;
+      return;
     }
+    std::int64_t n = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (ledger_.under_way()) return;
+      n = ledger_.number();
+    }
+    notice_vanished();
+    const auto text = store_->get(key(n, "cause"));
+    answered();
+    if (text) {
+      run_heard(n, *text, rings);
+      return;
+    }
+    // No dump to answer: a snapshot window this rank completed is merged now.
+    std::optional<std::pair<std::int64_t, std::int64_t>> window;
+    {
+      std::lock_guard lock(mutex_);
+      if (!snapshots_to_merge_.empty()) {
+        window = snapshots_to_merge_.front();
+        snapshots_to_merge_.erase(snapshots_to_merge_.begin());
+      }
+    }
+    if (window) merge_snapshot(window->first, window->second);
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_) return;  // the store was let go of under this look (leave): not a failure of the store's
+    }
+    store_failed(e);
+    // Back off, doubling up to 30 s: a store that went away must cost neither a core nor the job's log (torch
+    // may log each failed request of its own).
+    const std::int64_t backoff = std::min<std::int64_t>(to_ns(pacing_.idle * 10) << std::min(failures_, 12),
+                                                        30'000'000'000);
+    ++failures_;
+    next_store_ns_ = monotonic_ns() + backoff;
+  }
+}
+
+void StoreProtocol::run_heard(std::int64_t n, const std::string& text, const WatcherDoorbell::Rings& rings) {
+  const std::int64_t start = monotonic_ns();
+  const std::optional<Cause> decoded = decode(text);
+  bool mine = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_ || ledger_.under_way() || ledger_.number() != n) return;
+    mine = requests_.due();  // a request of this rank asked for dump n meanwhile: this rank is its origin
+    if (!mine) ledger_.begin(decoded ? decoded->kind : DumpKind::oom);
+  }
+  if (mine) {
+    (void)run_pending();
+    return;
+  }
+  // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of this rank
+  // would wait for it.
+  try {
+    Cause cause;
+    if (decoded) {
+      cause = *decoded;
+    } else {
+      log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error", n);
+    }
+    log().debug("dump {}'s cause from rank {} seen {}", n, cause.origin,
+                rings.other ? "at once (a rank of this node rang)" : "at a look");
+    // This rank was an origin of the dump a late failure asked to join (the joint dump): an origin of this one
+    // too, with the same words and figures (its request waits for this dump: await_joint).
+    const bool rejoin = std::find(cause.joint_origins.begin(), cause.joint_origins.end(), id_.rank) !=
+                        cause.joint_origins.end();
+    const DumpEntry entry = rejoin ? DumpEntry::rejoined : DumpEntry::heard;
+    DumpRequest request;
+    request.kind = cause.kind;
+    int device = -1;
+    {
+      std::lock_guard lock(mutex_);
+      if (rejoin) request = ledger_.joint_request();
+      device = freeze_device(entry, ledger_);
+    }
+    FrozenHistory h = recorder_.freeze(device);
+    const DumpRole role = settle_role(ledger_, mutex_, cv_, entry, h, id_.rank, request);
+    if (role.through_event) {
+      try {
+        store_->add(key(n, "trigger"), 1);  // an origin's trigger, as tell_cause() adds it
+      } catch (const std::exception& e) {
+        log().warn("the job's store: {}", e.what());
+      }
+    }
+    finish(run_dump(n, role.origin, h, request, cause, start));
+  } catch (const std::exception& e) {
+    DumpResult r;
+    r.error = e.what();
+    log().error("dump {} failed on this rank: {}", n, e.what());
+    finish(std::move(r));
   }
 }
 
@@ -821,59 +794,41 @@ std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t bat
 
 DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, DumpRequest request,
                                    const Cause& cause, std::int64_t start_ns) {
+  dump_number_ = n;
+  cause_ = cause;
+  DumpTimeline timeline;  // from the freeze's end: the steps of DumpRun and of assemble(), as the MPI path's are
+  return run_.run(*this, h, is_origin, std::move(request), start_ns, timeline);
+}
+
+DumpFacts StoreProtocol::facts_known(const FrozenHistory& /*h*/, bool is_origin, const DumpRequest& /*request*/) {
+  // Every rank's file of the dump says what its cause says (the first origin's words and figures), and names
+  // every origin this rank knows of.
+  DumpFacts f;
+  f.kind = cause_.kind;
+  f.batch = cause_.batch;
+  f.origins = cause_.joint_origins;
+  f.origins.push_back(cause_.origin);
+  if (is_origin) f.origins.push_back(id_.rank);
+  std::sort(f.origins.begin(), f.origins.end());
+  f.origins.erase(std::unique(f.origins.begin(), f.origins.end()), f.origins.end());
+  f.requested_bytes = cause_.requested_bytes;
+  f.device_free_bytes = cause_.device_free_bytes;
+  f.numbers_from_message = cause_.numbers_from_message;
+  f.reason = cause_.reason;
+  return f;
+}
+
+AssembledDump StoreProtocol::assemble(FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                      const std::string& mine, std::int64_t deadline, DumpTimeline& timeline) {
+  const std::int64_t n = dump_number_;
+  const Cause& cause = cause_;
   const int me = id_.rank;
   const int size = id_.world_size;
-  const std::int64_t deadline = start_ns + to_ns(config_.dump_timeout);
-  DumpTimeline timeline;  // from the freeze's end: the steps below, logged at debug level as the MPI path's are
-  std::vector<std::int32_t> origins = cause.joint_origins;
-  origins.push_back(cause.origin);
-  if (is_origin) origins.push_back(me);
-  std::sort(origins.begin(), origins.end());
-  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
-  DumpResult r;
-  r.kind = cause.kind;
-  r.origin_ranks.assign(origins.begin(), origins.end());
-  r.world_size = size;
-  r.batch = cause.batch;
+  AssembledDump a;
+  a.facts = facts_known(h, is_origin, request);
 
-  // 1. This rank's history reaches disk before anything waits on another rank.
-  ArchiveHeader header = executor_.header(cause.kind, cause.batch,
-                                          is_origin ? fmt::format("rank {}: {}", me, request.reason) : "", origins,
-                                          {me});
-  header.dump_number = n;
-  std::string mine;
-  try {
-    const auto files = lock_files();
-    mine = executor_.write_rank_local(header, executor_.rank_row(h, is_origin, request), h, cause.batch,
-                                      Durability::handed_to_kernel, &request.state);
-  } catch (const std::exception& e) {
-    log().error("cannot write this rank's history: {}", e.what());
-    r.error = e.what();
-  }
-  timeline.mark("rank file");
-  std::optional<DumpRequest> late;
-  {
-    // An origin through its oom event: another rank's cause reached this watcher before the failing thread asked.
-    // Its request carries the job's own error text: waited for a little (this rank's file is on disk already), and
-    // the file written again with it.
-    std::unique_lock lock(mutex_);
-    late = ledger_.words(lock, cv_, stop_, config_.dump_timeout);
-  }
-  if (late && !mine.empty()) {
-    request = std::move(*late);
-    header.reason = fmt::format("rank {}: {}", me, request.reason);
-    try {
-      const auto files = lock_files();
-      const RankRow row = executor_.rank_row(h, true, request);
-      write_archive(mine, header, DumpExecutor::dump_of(row, h, &request.state), Durability::handed_to_kernel,
-                    Naming::replace);
-    } catch (const std::exception& e) {
-      log().warn("this rank's file keeps its oom event's words ({})", e.what());  // the first file stands
-    }
-    timeline.mark("rank file again, with the request");
-  }
-
-  // 2. Say so, wait for the others (or the deadline), and let the lowest rank with a file merge them.
+  // Say that this rank's file is written, wait for the others' (or the deadline), and let the lowest rank with a
+  // file merge them.
   std::optional<std::vector<std::string>> merged;
   std::vector<std::int32_t> merged_ranks;
   try {
@@ -913,106 +868,74 @@ DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory
       timeline.mark("the merge");
     }
   } catch (const std::exception& e) {
-    r.error = fmt::format("the job's store failed during the dump: {}", e.what());
-    log().error("{}", r.error);
+    a.error = fmt::format("the job's store failed during the dump: {}", e.what());
+    log().error("{}", a.error);
+    return a;
   }
 
-  log().debug("dump phases on rank {} of {} from {} ns (wall/CPU ms): {}", me, size, timeline.start_ns(),
-              timeline.text());
-
-  // 3. The archive, if this rank is in it; else this rank's own file is the result.
+  // The archive, if this rank is in it; else why not.
   const auto rank_list = [](const std::string& text) { return to_ranks(text).value_or(std::vector<std::int32_t>{}); };
   const bool merged_ok = merged && merged->size() == 4 && (*merged)[0] == "ok";
   if (merged_ok) {
     merged_ranks = rank_list((*merged)[2]);
-    if (auto all = rank_list((*merged)[3]); !all.empty()) {
-      origins = std::move(all);
-      r.origin_ranks.assign(origins.begin(), origins.end());
-    }
+    // The archive's origins are the union of the files' (a rank may have become one after the cause was written).
+    if (auto all = rank_list((*merged)[3]); !all.empty()) a.facts.origins = std::move(all);
   }
   const bool in_archive =
       merged_ok && std::find(merged_ranks.begin(), merged_ranks.end(), me) != merged_ranks.end();
-  const std::string what = dump_summary(cause.kind, origins, cause.batch, cause.requested_bytes,
-                                        cause.device_free_bytes, cause.numbers_from_message, cause.reason);
-  const bool speaks = is_origin && me == cause.origin;  // one line per dump, from the origin that named it
-  if (in_archive) {
-    r.status = DumpResult::Status::archive;
-    r.path = (*merged)[1];
-    r.ranks_written = static_cast<int>(merged_ranks.size());
-    if (!config_.keep_rank_files) {
-      std::error_code ec;
-      std::filesystem::remove(mine, ec);  // the archive holds it now, verified
-    }
-    // Who is not in it, and why: its session had ended before this dump, or it did not answer in time.
-    std::vector<int> missing, left, vanished, elsewhere;
-    for (int q = 0; q < size; ++q) {
-      if (std::find(merged_ranks.begin(), merged_ranks.end(), q) != merged_ranks.end()) continue;
-      std::optional<std::int64_t> reached;
-      bool wrote = false, silent = false;
-      try {
-        wrote = store_->get(key(n, fmt::format("file/{}", q))).has_value();
-        if (const auto text = store_->get(fmt::format("left/{}", q))) reached = to_int(*text);
-        silent = reached && store_->get(fmt::format("silent/{}", q));  // a peer spoke for it (notice_vanished)
-      } catch (const std::exception&) {
-      }
-      (wrote ? elsewhere : reached && *reached <= n ? left : missing).push_back(q);
-      if (!wrote && silent) vanished.push_back(q);
-    }
-    if (!left.empty()) r.error = gone_ranks_text(left, vanished, true);  // the MPI transport's words
-    if (!elsewhere.empty()) {
-      r.error += fmt::format("{}{} {} wrote {} history where the merging rank could not read it (or too late): {} "
-                             "rank-local {}", r.error.empty() ? "" : "; ", elsewhere.size() == 1 ? "rank" : "ranks",
-                             rank_ranges(elsewhere), elsewhere.size() == 1 ? "its" : "their",
-                             elsewhere.size() == 1 ? "its" : "their", elsewhere.size() == 1 ? "file" : "files");
-    }
-    if (!missing.empty()) {
-      r.error += fmt::format("{}{} {} did not write a history within {} (OOMFLIGHT_DUMP_TIMEOUT)",
-                             r.error.empty() ? "" : "; ", missing.size() == 1 ? "rank" : "ranks",
-                             rank_ranges(missing),
-                             format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
-    }
-    r.seconds = seconds_since(start_ns);
-    if (speaks) say_archive_written(what, r);
-    if (speaks && !cause.replaces.empty()) {
-      log().info("{} replaces the archive of dump {}: it names every rank that failed during that dump", r.path,
-                 n - 1);
-    }
-    if (!merged_ranks.empty() && merged_ranks.front() == me) {
-      const auto files = lock_files();
-      prune_archives(r.path, id_.run_name, id_.job_id, config_);
-    }
-    say_done(n, is_origin, r, request, monotonic_ns() + to_ns(config_.dump_timeout));
-    return r;
-  }
-  if (r.error.empty()) {
+  if (!in_archive) {
     const std::string detail = merged && merged->size() > 1 ? (*merged)[1] : "";
-    r.error = !merged                ? "no rank merged the histories into one archive in time"
-              : merged_ok            ? "this rank's history came too late for the archive " + detail
-                                     : "the merge into one archive failed: " + detail;
+    a.error = !merged     ? "no rank merged the histories into one archive in time"
+              : merged_ok ? "this rank's history came too late for the archive " + detail
+                          : "the merge into one archive failed: " + detail;
+    return a;
   }
-  r.seconds = seconds_since(start_ns);
-  if (mine.empty()) {
-    settle_no_file(r, what, r.error);
-    return r;
+  a.archive = true;
+  a.path = (*merged)[1];
+  a.ranks_written = static_cast<int>(merged_ranks.size());
+  a.replaces = cause.replaces;
+  a.speaks = is_origin && me == cause.origin;  // one line per dump, from the origin that named it
+  a.prunes = merged_ranks.front() == me;       // the rank that merged it
+  // Who is not in it, and why: its session had ended before this dump, or it did not answer in time.
+  std::vector<int> missing, left, vanished, elsewhere;
+  for (int q = 0; q < size; ++q) {
+    if (std::find(merged_ranks.begin(), merged_ranks.end(), q) != merged_ranks.end()) continue;
+    std::optional<std::int64_t> reached;
+    bool wrote = false, silent = false;
+    try {
+      wrote = store_->get(key(n, fmt::format("file/{}", q))).has_value();
+      if (const auto text = store_->get(fmt::format("left/{}", q))) reached = to_int(*text);
+      silent = reached && store_->get(fmt::format("silent/{}", q));  // a peer spoke for it (notice_vanished)
+    } catch (const std::exception&) {
+    }
+    (wrote ? elsewhere : reached && *reached <= n ? left : missing).push_back(q);
+    if (!wrote && silent) vanished.push_back(q);
   }
-  settle_rank_local(r, what, mine, false, r.error, id_);  // the safety copy is the result now
-  say_done(n, is_origin, r, request, monotonic_ns() + to_ns(config_.dump_timeout));
-  return r;
+  if (!left.empty()) a.error = gone_ranks_text(left, vanished, true);  // the MPI transport's words
+  if (!elsewhere.empty()) {
+    a.error += fmt::format("{}{} {} wrote {} history where the merging rank could not read it (or too late): {} "
+                           "rank-local {}", a.error.empty() ? "" : "; ", elsewhere.size() == 1 ? "rank" : "ranks",
+                           rank_ranges(elsewhere), elsewhere.size() == 1 ? "its" : "their",
+                           elsewhere.size() == 1 ? "its" : "their", elsewhere.size() == 1 ? "file" : "files");
+  }
+  if (!missing.empty()) {
+    a.error += fmt::format("{}{} {} did not write a history within {} (OOMFLIGHT_DUMP_TIMEOUT)",
+                           a.error.empty() ? "" : "; ", missing.size() == 1 ? "rank" : "ranks", rank_ranges(missing),
+                           format_seconds(static_cast<double>(config_.dump_timeout.count()) / 1000.0));
+  }
+  return a;
 }
 
-void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r, const DumpRequest& request,
-                             std::int64_t deadline_ns) {
-  bool late = false;
-  {
-    std::lock_guard lock(mutex_);
-    late = ledger_.says_late();  // a failure of this rank came during this dump, after its freeze (request)
-  }
+std::vector<int> StoreProtocol::end_dump(bool is_origin, const std::vector<std::int32_t>& /*origins*/, bool late,
+                                         bool wrote, std::int64_t deadline_ns) {
+  const std::int64_t n = dump_number_;
   std::vector<int> late_ranks;
   try {
     if (late) store_->add(key(n, "late"), 1);  // before done/R: an origin that sees this rank done sees it late
     store_->set(key(n, fmt::format("done/{}", id_.rank)), late ? "late" : "ok");
-    store_->add(key(n, "done"), 1);
-    if (!is_origin) return;
+    // Counted only with a file: an origin waits until as many ranks said done as wrote files.
+    if (wrote) store_->add(key(n, "done"), 1);
+    if (!is_origin) return late_ranks;
     std::vector<char> seen;  // per rank: seen done, or left, with its file (every_file_done)
     for (;;) {
       const std::int64_t files = store_->add(key(n, "files"), 0);
@@ -1034,14 +957,9 @@ void StoreProtocol::say_done(std::int64_t n, bool is_origin, const DumpResult& r
     }
   } catch (const std::exception& e) {
     log().warn("the job's store at the end of dump {}: {}", n, e.what());
-    return;
   }
-  if (late_ranks.empty() || r.status != DumpResult::Status::archive || r.kind != DumpKind::oom) return;
-  log().info("{}", late_origins_text(late_ranks));
-  std::lock_guard lock(mutex_);
-  ledger_.expect_joint(request, r.batch, r.path);
+  return late_ranks;
 }
-
 bool StoreProtocol::every_file_done(std::int64_t n, std::vector<char>& seen) {
   // As every_rank_answered: a rank seen done stays so, and the look stops at the first that is not: a poll is a
   // few requests, not three a rank.

@@ -41,10 +41,12 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator.hpp"
 #include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
 #include "dump_ledger.hpp"
 #include "dump_requests.hpp"
+#include "dump_run.hpp"
 #include "dump_signal.hpp"
 #include "signal_turn.hpp"
 #include "oomflight/control/config.hpp"
@@ -59,7 +61,7 @@
 
 namespace oomflight {
 
-class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transport {
+class StoreProtocol final : public Coordinator {
  public:
   /// `identity` already holds this rank's rank, world size and local rank; its run name and job id are replaced by
   /// rank 0's once the ranks agree (on the watcher thread, under `identity_mutex`, which whoever reads them outside
@@ -84,7 +86,7 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
   /// The lock every HDF5 use of a joined process takes (Debian's HDF5 is not built thread-safe, and the store path
   /// writes from the watcher, a failing thread and the batch thread): around each file's write, read or merge, never
   /// around a wait for another rank. The session's `files_mutex`, so that its own writes take the same one.
-  std::unique_lock<std::mutex> lock_files() { return std::unique_lock(files_mutex_); }
+  std::unique_lock<std::mutex> lock_files() override { return std::unique_lock(files_mutex_); }
 
   /// Whether the ranks agreed at start (run name, job id, settings): only then are snapshots merged. Thread-safe.
   bool agreed();
@@ -168,24 +170,41 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
     std::vector<std::int32_t> joint_origins;
   };
 
-  void watch();
+  // Coordinator (coordinator.hpp): SIGUSR1 once the agreement said whether the ranks coordinate (a request waits for
+  // it), SIGTERM at once whatever the state (torchrun's SIGKILL follows 30 s later); a due request is run_pending's;
+  // another rank's dump is a look at dN/cause at the job's pace (or at once when a rank of this node rang), and the
+  // look also carries the start-up agreement, a late verdict and the snapshot windows to merge; SIGTERM's left/R; a
+  // request is not run after stop (its stop lets go of the store: the others merge without this rank).
+  SignalFlags signal_flags() override;
+  bool run_own_dump() override { return run_pending(); }
+  void look_for_dump(const WatcherDoorbell::Rings& rings) override;
+  void tell_left_on_signal() override;
+  bool runs_asked_dump_after_stop() const override { return false; }
+  // Another rank's dump n, whose cause is `text` (seen at a look): this rank's part of it. Watcher only.
+  void run_heard(std::int64_t n, const std::string& text, const WatcherDoorbell::Rings& rings);
   // The leave agreement of a normal end: the number of ranks that ended normally once every rank ended or left, 0
   // when the deadline came first (or the store failed).
   std::int64_t leave_together();
   // After a complete leave agreement, the watcher stopped: the last word of a rank (`gone`), and rank 0's wait for
   // the others' (it may host the store's server, which goes when it lets go of the store).
   void leave_last(std::int64_t ending);
-  // The signals since the last turn (take_signals): SIGUSR1 queues a signal dump for this watcher; SIGTERM runs what
-  // is queued (an exit dump, once per ending, or a request's), tells the store this rank left and ends as SIGTERM
-  // would. Watcher only.
-  void take_signal_turn();
   bool state_off();
   bool try_agree(std::int64_t deadline_ns);  // false while hellos (rank 0) or the verdict (others) are missing
   bool take_verdict(std::int64_t deadline_ns);  // ranks other than 0: rank 0's verdict, once it is there
   void adopt_verdict(const std::vector<std::string>& verdict);  // {version, "ok", run, job} | {version, "off", why}
   bool wait_agreed(std::unique_lock<std::mutex>& lock);
+  // Dump n, from this rank's freeze `h`, of `cause`: DumpRun's steps, over this transport's assembly.
   DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, DumpRequest request, const Cause& cause,
                       std::int64_t start_ns);
+  // DumpAssembly (dump_run.hpp), for dump dump_number_ of cause_: what its cause says; the file keys, the wait for
+  // every rank's file and the merge (the lowest rank with a file merges; a late claim when it does not); and the
+  // end of the dump (dN/late, dN/done/R, dN/done: an origin waits for every rank with a file, as the MPI
+  // transport's DONE does).
+  DumpFacts facts_known(const FrozenHistory& h, bool is_origin, const DumpRequest& request) override;
+  AssembledDump assemble(FrozenHistory& h, bool is_origin, const DumpRequest& request, const std::string& rank_file,
+                         std::int64_t deadline_ns, DumpTimeline& timeline) override;
+  std::vector<int> end_dump(bool is_origin, const std::vector<std::int32_t>& origins, bool late, bool wrote,
+                            std::int64_t deadline_ns) override;
   // Ends the dump under way with `result`; `counted`: it was announced in the store (the dump number moves on).
   void finish(DumpResult result, bool counted = true);
   std::string key(std::int64_t n, const std::string& what) const;
@@ -209,21 +228,14 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
   static std::string encode(const Cause& c);
   static std::optional<Cause> decode(const std::string& text);
   std::optional<Cause> wait_for_cause(std::int64_t n, std::int64_t deadline_ns);
-  // The end of dump n on this rank (its file written): says so (dN/done/R, dN/done), first saying (dN/late) when a
-  // failure of this rank came during the dump, after its freeze. An origin then waits, until `deadline_ns`, for every
-  // rank with a file to say so (an origin's error ends the job: a rank torn down first would leave its file beside
-  // the archive), and stays for the joint dump when a rank said it failed late (as the MPI transport's DONE does).
-  void say_done(std::int64_t n, bool is_origin, const DumpResult& r, const DumpRequest& request,
-                std::int64_t deadline_ns);
   // Every rank with a file of dump n said done, or left (seen: what earlier looks saw).
   bool every_file_done(std::int64_t n, std::vector<char>& seen);
   // DumpRequests::Transport: a request tells the other ranks through the store before its freeze (tell_cause), and
   // rings this watcher, which runs every dump of this rank.
   bool can_ask() const override { return true; }
   std::int64_t ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) override;
-  void wake_watcher() override { doorbell_.ring(); }
   // The cause a request of this rank gives its dump, at `batch`: for a failure that came during the last dump,
-  // after this rank's freeze and said in time (say_done), the joint dump's (that dump's origins stay for this one,
+  // after this rank's freeze and said in time (end_dump), the joint dump's (that dump's origins stay for this one,
   // which names them too and replaces their archive; `say`: log it).
   Cause cause_for(const DumpRequest& request, std::int64_t batch, bool say);
   // dN/trigger, and for the first origin (the add gives it 1) dN/cause, then this node's watchers rung. Returns the
@@ -242,38 +254,30 @@ class StoreProtocol final : public DumpCoordinator, private DumpRequests::Transp
                     std::vector<std::int32_t>* ranks);
   void merge_snapshot(std::int64_t first_batch, std::int64_t last_batch);
 
-  const Config& config_;
   RankIdentity& id_;
   std::mutex& identity_mutex_;
-  Recorder& recorder_;
   DumpExecutor& executor_;
   std::unique_ptr<StoreHandle> store_;  // released at the end of this rank's part (shutdown, leave)
   const StorePacing pacing_;  // how often this rank asks the store: bounded for the whole job (store_pacing.hpp)
   std::int64_t agree_deadline_ns_ = 0;
 
   std::mutex& files_mutex_;  // the session's; lock_files(); taken after mutex_ is released, never with it
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  State state_ = State::agreeing;
-  bool stop_ = false;
-  DumpLedger ledger_;  // the dumps' numbers and the rules both transports keep (mutex_)
-  DumpRequests requests_{cv_, stop_, ledger_, recorder_, *this, id_.rank, config_.dump_timeout};  // (mutex_)
+  State state_ = State::agreeing;  // (mutex_)
+  std::int64_t dump_number_ = 0;  // the dump run_dump runs (watcher)
+  Cause cause_;                   // ... and its cause
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool said_ending_ = false;  // this rank added itself to `ending` (its leave agreement): it never leaves early
-  bool watcher_exited_ = false;
   bool watcher_joined_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed
   bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
   bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
-  SignalDumpLimiter signal_limiter_;  // the watcher's
-  HeadroomWatch* const headroom_;     // the session's (OOMFLIGHT_HEADROOM_DUMP), or null
   std::int64_t store_failures_ = 0;
+  int failures_ = 0;              // the watcher's looks that failed in a row (their backoff)
+  std::int64_t next_store_ns_ = 0;  // when the watcher asks the store next: at the job's pace (store_pacing.hpp)
   std::mutex peers_mutex_;  // node_peers_ has one caller at a time (the watcher, a dump's wait, the leave agreement)
   std::unique_ptr<PeerProcesses> node_peers_;  // the processes of this node's other ranks (peers_mutex_)
   std::vector<DoorbellAddress> node_doorbells_;  // their watchers' doorbells, rung with a cause (peers_mutex_)
-  WatcherDoorbell doorbell_;  // the watcher sleeps here between looks; rung at stop and by a node peer's cause
-  std::thread watcher_;
 };
 
 }  // namespace oomflight

@@ -117,7 +117,7 @@ std::array<std::int64_t, 3>& new_outgoing_message() {
 
 TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& identity, Recorder& recorder,
                                  const DumpExecutor& executor, MPI_Comm comm, HeadroomWatch* headroom)
-    : config_(config), id_(identity), recorder_(recorder), executor_(executor), comm_(comm), headroom_(headroom) {
+    : Coordinator(config, identity, recorder, executor, headroom), id_(identity), executor_(executor), comm_(comm) {
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
   NodePeers node = exchange_node_peers(comm_, id_.rank, doorbell_.address());
   node_doorbells_ = std::move(node.doorbells);
@@ -136,7 +136,7 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
     MPI_Comm_set_errhandler(snapshot_comm, MPI_ERRORS_RETURN);
     snapshots_ = std::make_unique<SnapshotWriter>(config_, id_, executor_, snapshot_comm);
   }
-  watcher_ = std::thread([this] { watch(); });
+  start_watcher();
 }
 
 TriggerProtocol::~TriggerProtocol() { shutdown(false, LeaveAgreement::Leaving::on_error); }
@@ -152,7 +152,7 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
       leaving_ = true;
       doorbell_.ring();
       // The rule is leave_rule.hpp's, the tally the watcher's (poll_leave): MPI's barrier says only that all ended.
-      const bool decided = done_.wait_for(lock, config_.dump_timeout, [&] {
+      const bool decided = cv_.wait_for(lock, config_.dump_timeout, [&] {
         return next_leave_step(leave_tally_, false) != LeaveStep::wait || watcher_exited_;
       });
       if (!decided && next_leave_step(leave_tally_, true) == LeaveStep::deadline) {
@@ -164,7 +164,7 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
     if (signal_installed_) uninstall_dump_signal();
     if (exit_installed_ && !exiting_) uninstall_exit_signal();
     doorbell_.ring();
-    done_.notify_all();
+    cv_.notify_all();
     // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
     // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
     // it is left behind, so that the job's own error ends the process instead of oomflight keeping it alive.
@@ -172,7 +172,7 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
                                      ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) - monotonic_ns()
                                      : to_ns(config_.dump_timeout);
     const auto bound = std::chrono::nanoseconds(left_ns);
-    abandoned_ = !done_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
+    abandoned_ = !cv_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
                                  [&] { return watcher_exited_; });
   }
   if (abandoned_) stuck_safety_path = run_.rank_file();
@@ -250,64 +250,43 @@ std::int64_t TriggerProtocol::ask_others(const DumpRequest& request, std::int64_
   return 1;
 }
 
-void TriggerProtocol::watch() {
-  watch_until_stopped();
-  std::lock_guard lock(mutex_);
-  watcher_exited_ = true;
-  done_.notify_all();
+Coordinator::SignalFlags TriggerProtocol::signal_flags() {
+  // The handler of SIGTERM is installed only with OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this protocol
+  // was made.
+  return SignalFlags{.usr1 = true, .term = exit_installed_, .leaving = leaving_, .dump_on_exit = true,
+                     .coordinated = true, .headroom = true};
 }
 
-void TriggerProtocol::watch_until_stopped() {
-  for (;;) {
-    // Sleep, not spin: an idle watcher costs one wake-up per poll interval. Whatever queues a request, sets stop_ or a
-    // snapshot rings after setting it, and a ring outlives a wait that has not started yet, so none is missed.
-    const WatcherDoorbell::Rings rings = doorbell_.wait(config_.poll_interval);
-    bool local = false;
-    bool last_dump = false;
-    {
-      std::lock_guard lock(mutex_);
-      if (stop_) {
-        // A request whose triggers are out already: the other ranks are on their way into its vote. Run it
-        // (shutdown() waits for it, within its bound) rather than leave them to time out.
-        if (!requests_.due_and_asked()) return;
-        last_dump = true;
-      } else {
-        // The handler of SIGTERM is installed only with OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this
-        // protocol was made.
-        const SignalTurn turn = take_signals(requests_, ledger_, signal_limiter_, config_.signal_dump_interval, true,
-                                             exit_installed_, leaving_, true, true, headroom_);
-        if (turn.end_why != nullptr) {
-          exiting_ = true;
-          exit_why_ = turn.end_why;
-        }
-      }
-      local = requests_.due();
-    }
-    bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
-    if (!remote && !local && rings.other) remote = await_rung_trigger();
-    if (remote) {
-      log().debug("trigger from rank {} seen {}", *heard_origins_.begin(),
-                  rings.other ? "at once (a rank of this node rang)" : "at a poll");
-    }
-    if (local || remote) run_dump();
-    if (last_dump) return;
-    if (snapshots_) snapshots_->poll([this] { return dump_waiting(); });
-    poll_leave();
-    bool end = false;
-    {
-      std::lock_guard lock(mutex_);
-      end = exiting_ && !requests_.busy();
-    }
-    if (end) end_by_sigterm(exit_why_);  // once what the signal queued, and what was due, is done
+bool TriggerProtocol::run_own_dump() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!requests_.due()) return false;
   }
+  // The triggers that came meanwhile name their origins in this rank's own file of the dump.
+  if (heard_origins_.empty()) (void)poll_trigger_message();
+  run_dump();
+  return true;
 }
 
-void TriggerProtocol::end_by_sigterm(const char* why) {
+void TriggerProtocol::look_for_dump(const WatcherDoorbell::Rings& rings) {
+  bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
+  if (!remote && rings.other) remote = await_rung_trigger();
+  if (!remote) return;
+  log().debug("trigger from rank {} seen {}", *heard_origins_.begin(),
+              rings.other ? "at once (a rank of this node rang)" : "at a poll");
+  run_dump();
+}
+
+void TriggerProtocol::between_dumps() {
+  if (snapshots_) snapshots_->poll([this] { return dump_waiting(); });
+  poll_leave();
+}
+
+void TriggerProtocol::tell_left_on_signal() {
   // The process ends on a signal: it never finalises MPI and never votes again. The others hear it now rather
   // than at their deadline (the watcher is between dumps here, so "left" cannot be taken for a missing vote).
   leave_->receive_left_messages();
   leave_->announce_leaving(LeaveAgreement::Leaving::on_error);
-  end_by_sigterm_saying(why);  // the process ends here
 }
 
 void TriggerProtocol::queue_snapshot(const SnapshotWindow& window,
@@ -345,7 +324,7 @@ void TriggerProtocol::poll_leave() {
   }
   const int gone_count = static_cast<int>(leave_->gone().size());
   std::lock_guard lock(mutex_);
-  if (gone_count != leave_tally_.gone || (together && !leave_tally_.all_ended)) done_.notify_all();
+  if (gone_count != leave_tally_.gone || (together && !leave_tally_.all_ended)) cv_.notify_all();
   leave_tally_.gone = gone_count;
   leave_tally_.all_ended = leave_tally_.all_ended || together;
 }
@@ -456,7 +435,7 @@ void TriggerProtocol::run_dump() {
     h = recorder_.freeze(device);
     if (entry == DumpEntry::rejoined) h.batch = joint_batch;
   }
-  const bool is_origin = settle_role(ledger_, mutex_, done_, entry, h, id_.rank, request).origin;
+  const bool is_origin = settle_role(ledger_, mutex_, cv_, entry, h, id_.rank, request).origin;
   timeline.mark("freeze");
   if (is_origin && !broken_ && !triggers_sent) send_triggers(ledger_.number(), h.batch, request.kind);
   timeline.mark("triggers");
@@ -688,7 +667,7 @@ void TriggerProtocol::finish(DumpResult result) {
     heard_batch_ = -1;
     heard_kind_ = DumpKind::oom;
   }
-  done_.notify_all();
+  cv_.notify_all();
 }
 
 }  // namespace oomflight

@@ -1,6 +1,8 @@
-// The trigger protocol (internal to the control wing): a watcher thread on a duplicated communicator that
-// receives dump triggers, agrees with every rank on one archive within a deadline, and hands the writing to the
-// DumpExecutor. Messages, votes, epochs and the DONE handshake live here; paths, files and fallbacks do not.
+// The MPI transport (internal to the control wing): the Coordinator's mechanics over a duplicated communicator
+// (coordinator.hpp). Trigger messages and the doorbells of the node's ranks, the votes, the collective write of the
+// archive (collective_dump.hpp), the DONE messages, the leave agreement's barrier and LEFT messages, and the
+// snapshots' collective writer live here; the watcher's loop, a dump's steps and the rules on a rank's dumps are the
+// Coordinator's, DumpRun's and DumpLedger's, as over the job's store.
 #pragma once
 
 #include <mpi.h>
@@ -14,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "coordinator.hpp"
 #include "dump_coordinator.hpp"
 #include "dump_executor.hpp"
 #include "dump_ledger.hpp"
@@ -36,7 +39,7 @@
 
 namespace oomflight {
 
-class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Transport, private DumpAssembly {
+class TriggerProtocol final : public Coordinator {
  public:
   /// Collective over `comm` (already duplicated for us; we own it). Posts the trigger receive and starts the
   /// watcher thread. References must outlive the protocol; `headroom` (may be null) too: its crossings are this
@@ -107,10 +110,20 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
 
  private:
   // DumpRequests::Transport: the triggers, sent by a request before its freeze (not once a dump left the ranks out
-  // of step), and the watcher's doorbell.
+  // of step).
   bool can_ask() const override { return !broken_; }
   std::int64_t ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) override;
-  void wake_watcher() override { doorbell_.ring(); }
+  // Coordinator (coordinator.hpp): the handlers this protocol installed, always coordinated (a rank that cannot be
+  // makes no TriggerProtocol); a due request runs with the triggers heard so far; another rank's dump is a trigger
+  // message (looked for a little longer when a rank of this node rang); between dumps, the snapshots' writes and the
+  // leave agreement; SIGTERM's LEFT message; a request whose triggers went out runs even after shutdown() (the
+  // others wait for it in the vote).
+  SignalFlags signal_flags() override;
+  bool run_own_dump() override;
+  void look_for_dump(const WatcherDoorbell::Rings& rings) override;
+  void between_dumps() override;
+  void tell_left_on_signal() override;
+  bool runs_asked_dump_after_stop() const override { return true; }
   // Whether a dump waits for this watcher (its own request, a trigger from another rank, shutdown): a snapshot
   // write yields to it. Watcher thread only.
   bool dump_waiting();
@@ -136,10 +149,6 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   // No archive: abandons the snapshots (the ranks are out of step) and says why, with what this rank knows.
   AssembledDump failed(const FrozenHistory& h, bool is_origin, const DumpRequest& request, std::string why,
                        std::vector<std::int32_t> origins = {});
-  // Says LEFT (on an error) and ends the process as SIGTERM would (dump_signal.hpp). Watcher thread only.
-  void end_by_sigterm(const char* why);
-  void watch();
-  void watch_until_stopped();
   bool poll_trigger_message();
   // A rank of this node rang: its trigger is on its way. Polls for it briefly before going back to sleep.
   bool await_rung_trigger();
@@ -148,30 +157,16 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   bool wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left = false);
   void finish(DumpResult result);
 
-  const Config& config_;
   const RankIdentity& id_;
-  Recorder& recorder_;
   const DumpExecutor& executor_;
   MPI_Comm comm_;
 
-  std::mutex mutex_;
-  WatcherDoorbell doorbell_;       // the watcher sleeps here between polls; rung by this process and by node peers
   std::vector<DoorbellAddress> node_doorbells_;  // the other ranks' of this node, rung with every trigger sent
-  std::condition_variable done_;   // requesting threads wait here for their dump
-  bool stop_ = false;
-  DumpLedger ledger_;                    // the dumps' numbers and the rules both transports keep (mutex_)
-  DumpRequests requests_{done_, stop_, ledger_, recorder_, *this, id_.rank, config_.dump_timeout};  // (mutex_)
-  std::int64_t active_start_ns_ = 0;     // when it began (monotonic)
-  bool watcher_exited_ = false;
+  std::int64_t active_start_ns_ = 0;     // when the dump under way began (monotonic)
   bool abandoned_ = false;               // shutdown() left a stuck watcher behind
-  SignalDumpLimiter signal_limiter_;         // SIGUSR1 bursts (OOMFLIGHT_SIGNAL_DUMP_INTERVAL); watcher only
-  HeadroomWatch* const headroom_;            // the session's (OOMFLIGHT_HEADROOM_DUMP), or null
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
   bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
   bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
-  bool exiting_ = false;                 // SIGTERM arrived: end the process once no dump is pending or under way
-  const char* exit_why_ = "";            // ... with these words (take_signals)
-  DumpRun run_{config_, id_, executor_, ledger_, mutex_, done_, stop_};  // a dump's steps, as over the store
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};
@@ -182,11 +177,10 @@ class TriggerProtocol final : public DumpCoordinator, private DumpRequests::Tran
   // its DONE message; the origins then stay (their requests do not return) for its dump.
   std::string supersede_path_;       // the archive the joint dump replaces, during it (watcher)
   std::unique_ptr<LeaveAgreement> leave_;
-  std::unique_ptr<protocol::VoteReduction> votes_;  // the agreement's MPI datatype and operation (vote_summary.hpp)  // its barrier: watcher only; after the watcher stopped: shutdown()
+  std::unique_ptr<protocol::VoteReduction> votes_;  // the agreement's MPI datatype and operation (vote_summary.hpp)
   bool leaving_ = false;        // shutdown() asked to leave together (mutex_)
   LeaveTally leave_tally_;       // what the watcher knows of the others' ends (mutex_; world_size set at start)
   std::unique_ptr<SnapshotWriter> snapshots_;  // with a schedule: the snapshots, on a communicator of their own
-  std::thread watcher_;
 };
 
 }  // namespace oomflight
