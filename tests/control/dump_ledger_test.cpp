@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -334,6 +335,50 @@ TEST_F(DumpLedgerTest, TheJointDumpIsAwaitedAndThenNoLongerExpected) {
   EXPECT_TRUE(how == DumpLedger::Joint::finished || how == DumpLedger::Joint::not_expected) << static_cast<int>(how);
   std::unique_lock lock(m);
   EXPECT_EQ(ledger.await_joint(lock, cv, stop, 3600s), DumpLedger::Joint::not_expected);
+}
+
+TEST_F(DumpLedgerTest, AJointDumpThatAnotherLateFailureExtendsIsAwaitedToTheEnd) {
+  // Dump 0 (this rank an origin), the joint dump 1 of a late rank, and during it a third rank fails late: its dump 2
+  // replaces the joint archive and names this rank again. This rank's request returns only after dump 2 (before
+  // issue 40's review it returned after dump 1, and its failing thread's error began the job's teardown during 2).
+  {
+    std::lock_guard lock(m);
+    ledger.begin();
+    ledger.asked(1);
+    ledger.expect_joint(oom_request("rank 0's words"), 7, "oom.0.h5");
+    ledger.finish(archive("oom.0.h5"));
+  }
+  std::thread watcher([&] {
+    const auto step = [&](const std::function<void()>& f) {
+      {
+        std::lock_guard lock(m);
+        f();
+      }
+      cv.notify_all();
+      std::this_thread::sleep_for(1ms);  // the waiter may look between any two steps
+    };
+    step([&] { ledger.begin(); });
+    step([&] { ledger.rejoined(1); });
+    step([&] { ledger.expect_joint(ledger.joint_request(), 7, "oom.0.h5"); });  // a third rank said late
+    step([&] { ledger.finish(archive("oom.0.h5 (joint)")); });
+    step([&] { ledger.begin(); });
+    step([&] { ledger.rejoined(1); });
+    step([&] { ledger.finish(archive("oom.0.h5 (second joint)")); });
+  });
+  DumpLedger::Joint how;
+  std::string answer;
+  {
+    std::unique_lock lock(m);
+    how = ledger.await_joint(lock, cv, stop, 3600s);
+    answer = ledger.last_result().path;
+  }
+  watcher.join();
+  // A waiter that only got the lock after every step finds the joint dumps over (not expected): the answer is the
+  // same either way.
+  EXPECT_TRUE(how == DumpLedger::Joint::finished || how == DumpLedger::Joint::not_expected) << static_cast<int>(how);
+  EXPECT_EQ(answer, "oom.0.h5 (second joint)");
+  std::unique_lock lock(m);
+  EXPECT_FALSE(ledger.joint_expected()) << "over: the next dump is not a joint one";
 }
 
 TEST_F(DumpLedgerTest, AJointDumpThatNeverStartsIsGivenUpAfterTheTimeout) {

@@ -27,6 +27,13 @@ void Coordinator::watch() {
   cv_.notify_all();
 }
 
+bool Coordinator::claim_sigterm() {
+  std::lock_guard lock(mutex_);
+  if (!exiting_ || sigterm_claimed_) return false;
+  sigterm_claimed_ = true;
+  return true;
+}
+
 void Coordinator::take_signal_turn() {
   SignalTurn turn;
   {
@@ -63,7 +70,7 @@ void Coordinator::watch_until_stopped() {
     }
     if (stopping) {
       (void)run_own_dump();
-      return;
+      return;  // a SIGTERM this watcher took is the session's end's to act on (claim_sigterm)
     }
     // The signals (SIGUSR1, SIGTERM, a headroom crossing) queue their dump for this turn.
     take_signal_turn();
@@ -76,7 +83,10 @@ void Coordinator::watch_until_stopped() {
     const char* why = "";
     {
       std::lock_guard lock(mutex_);
-      end = exiting_ && !requests_.busy();
+      // Nothing due or under way: a request that can never become due (its dump did not count) holds no one up.
+      // Claimed here or by the session's end (claim_sigterm), never by both: the others are told once.
+      end = exiting_ && !sigterm_claimed_ && !requests_.due() && !ledger_.under_way();
+      sigterm_claimed_ = sigterm_claimed_ || end;
       why = exit_why_;
     }
     if (end) {

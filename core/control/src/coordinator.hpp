@@ -73,6 +73,11 @@ class Coordinator : public DumpCoordinator, protected DumpRequests::Transport, p
   /// Whether a request whose other ranks were told (DumpRequests::due_and_asked) is run after stop_.
   virtual bool runs_asked_dump_after_stop() const = 0;
 
+  /// Whether the watcher took a SIGTERM and stopped before it ended the process for it (the session's end or the
+  /// job's leave came first): the caller then tells the others and ends the process as SIGTERM would. True once;
+  /// the watcher never ends the process after it. Takes mutex_.
+  bool claim_sigterm();
+
   // DumpRequests::Transport: a request rings the watcher, which runs every dump of this rank.
   void wake_watcher() override { doorbell_.ring(); }
 
@@ -88,6 +93,7 @@ class Coordinator : public DumpCoordinator, protected DumpRequests::Transport, p
   HeadroomWatch* const headroom_;  // the session's (OOMFLIGHT_HEADROOM_DUMP), or null
   bool exiting_ = false;           // SIGTERM came: the process ends once nothing is queued or under way (mutex_)
   const char* exit_why_ = "";      // ... with these words
+  bool sigterm_claimed_ = false;   // ... by the watcher's end or the session's (claim_sigterm) (mutex_)
   bool watcher_exited_ = false;    // (mutex_)
   std::thread watcher_;
 

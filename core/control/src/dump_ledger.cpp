@@ -124,17 +124,22 @@ void DumpLedger::expect_joint(const DumpRequest& request, std::int64_t batch, st
 DumpLedger::Joint DumpLedger::await_joint(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                                           const bool& stop, std::chrono::milliseconds dump_timeout) {
   if (!joint_expected_) return Joint::not_expected;
-  const std::int64_t joint = joint_after_ + 1;
-  const bool started = cv.wait_for(lock, dump_timeout, [&] {
-    return stop || number_ > joint || (under_way_ && number_ == joint);
-  });
-  if (!started || (stop && number_ <= joint && !under_way_)) {
-    joint_expected_ = false;  // a later dump is not a joint one
-    return started ? Joint::stopped : Joint::never_started;
+  for (;;) {
+    const std::int64_t joint = joint_after_ + 1;
+    const bool started = cv.wait_for(lock, dump_timeout, [&] {
+      return stop || number_ > joint || (under_way_ && number_ == joint);
+    });
+    if (!started || (stop && number_ <= joint && !under_way_)) {
+      joint_expected_ = false;  // a later dump is not a joint one
+      return started ? Joint::stopped : Joint::never_started;
+    }
+    const bool ended = cv.wait_for(lock, dump_timeout * 3, [&] { return stop || number_ > joint; });
+    if (number_ <= joint) return ended ? Joint::stopped : Joint::unfinished;
+    // A rank failed during the joint dump too: its dump names this rank again and replaces the joint archive, so
+    // this rank's request waits for that one as well (returning first would end the job before it).
+    if (!stop && joint_expected_ && joint_after_ + 1 > joint) continue;
+    return Joint::finished;
   }
-  const bool ended = cv.wait_for(lock, dump_timeout * 3, [&] { return stop || number_ > joint; });
-  if (number_ > joint) return Joint::finished;
-  return ended ? Joint::stopped : Joint::unfinished;
 }
 
 }  // namespace oomflight

@@ -174,7 +174,8 @@ class DumpLedger {
 
   /// A request that the last dump answered, on an origin of it: waits for the joint dump that follows when one is
   /// expected (it names this rank too, and returning first would end the job before it): its start within
-  /// `dump_timeout`, then its end within 3 x `dump_timeout`. `lock` holds the transport's mutex; `stop` is its stop
+  /// `dump_timeout`, then its end within 3 x `dump_timeout`; and, when a rank failed during that one too, the joint
+  /// dump that follows it, alike. `lock` holds the transport's mutex; `stop` is its stop
   /// flag. Never call it on the thread that runs the transport's dumps.
   Joint await_joint(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, const bool& stop,
                     std::chrono::milliseconds dump_timeout);

@@ -108,9 +108,12 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   // A launcher that loses one worker stops the others with SIGTERM (torchrun: then SIGKILL 30 s later): a rank
   // busy with a dump finishes it first, so that the survivors' histories still reach one archive.
   start_watcher();
-  // Once there is a watcher to act on their flags.
-  exit_signal_ = install_exit_signal();
-  dump_signal_ = install_dump_signal();  // SIGUSR1 to any rank: every rank's history, and the job goes on
+  // Once there is a watcher to act on their flags (which it reads under the mutex: signal_flags).
+  const bool exit_signal = install_exit_signal();
+  const bool dump_signal = install_dump_signal();  // SIGUSR1 to any rank: every rank's history, and the job goes on
+  std::lock_guard lock(mutex_);
+  exit_signal_ = exit_signal;
+  dump_signal_ = dump_signal;
 }
 
 StoreProtocol::~StoreProtocol() {
@@ -1062,8 +1065,9 @@ void StoreProtocol::shutdown(bool normal) {
   if (dump_signal_) uninstall_dump_signal();
   if (exit_signal_) {
     uninstall_exit_signal();
-    if (take_exit_signal()) {
-      // It came after the watcher's last look: end as it meant, once the others know (as the watcher would).
+    if (take_exit_signal() || claim_sigterm()) {
+      // It came after the watcher's last look, or the watcher took it and stopped first: end as it meant, once the
+      // others know (as the watcher would).
       if (agreed) tell_left(reached, !said_ending_);
       end_by_sigterm_saying("while leaving at the end of the job");
     }
@@ -1143,7 +1147,8 @@ void StoreProtocol::leave(const std::string& why) {
   if (dump_signal_) uninstall_dump_signal();
   if (exit_signal_) {
     uninstall_exit_signal();
-    if (take_exit_signal()) end_by_sigterm_saying("while leaving the job's store");  // the watcher had not acted on it
+    // The watcher had not acted on it, or stopped before it could.
+    if (take_exit_signal() || claim_sigterm()) end_by_sigterm_saying("while leaving the job's store");
   }
   store_->release(why);
   // Never held up for long: the caller is the job, letting go of its store (destroy_process_group).

@@ -185,9 +185,13 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
     return false;  // comm_, the pending receive and this object stay as they are: the watcher still uses them
   }
   if (watcher_.joinable()) watcher_.join();
+  // A SIGTERM the watcher took but could not end the process for before it stopped: ended here, as it meant.
+  const bool end_on_sigterm = claim_sigterm();
   // Told before the communicator goes: a rank that asks for a dump after this one left must not wait for it.
   leave_->receive_left_messages();
-  leave_->announce_leaving(leave_together ? LeaveAgreement::Leaving::normally : alone);
+  leave_->announce_leaving(end_on_sigterm     ? LeaveAgreement::Leaving::on_error
+                           : leave_together ? LeaveAgreement::Leaving::normally
+                                            : alone);
   leave_->close();
   if (trigger_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&trigger_request_);
@@ -196,6 +200,7 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
   // A communicator with an abandoned collective on it must not be freed (the collective still refers to it).
   if (!broken_) MPI_Comm_free(&comm_);
   if (snapshots_) snapshots_->close();
+  if (end_on_sigterm) end_by_sigterm_saying("while leaving at the end of the job");  // never finalises MPI
   return true;
 }
 
@@ -481,6 +486,17 @@ AssembledDump TriggerProtocol::failed(const FrozenHistory& h, bool is_origin, co
 AssembledDump TriggerProtocol::assemble(FrozenHistory& h, bool is_origin, const DumpRequest& request,
                                         const std::string& /*rank_file*/, std::int64_t deadline_ns,
                                         DumpTimeline& timeline) {
+  try {
+    return vote_and_write(h, is_origin, request, deadline_ns, timeline);
+  } catch (const std::exception& e) {
+    // Thrown on this rank alone, maybe between two collectives the others are in: comm_ is out of step.
+    broken_ = true;
+    return failed(h, is_origin, request, e.what());
+  }
+}
+
+AssembledDump TriggerProtocol::vote_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request,
+                                              std::int64_t deadline_ns, DumpTimeline& timeline) {
   const int size = id_.world_size;
   const std::int64_t start_ns = active_start_ns_;
   if (broken_) return failed(h, is_origin, request, "an earlier dump left the ranks out of step");

@@ -146,6 +146,9 @@ class TriggerProtocol final : public Coordinator {
   std::vector<int> end_dump(bool is_origin, const std::vector<std::int32_t>& origins, bool late, bool wrote,
                             std::int64_t deadline_ns) override;
   std::unique_lock<std::mutex> lock_files() override { return {}; }  // MPI's files are the watcher's alone
+  // assemble()'s work: the votes and the collective write (an exception out of it breaks comm_).
+  AssembledDump vote_and_write(FrozenHistory& h, bool is_origin, const DumpRequest& request, std::int64_t deadline_ns,
+                               DumpTimeline& timeline);
   // No archive: abandons the snapshots (the ranks are out of step) and says why, with what this rank knows.
   AssembledDump failed(const FrozenHistory& h, bool is_origin, const DumpRequest& request, std::string why,
                        std::vector<std::int32_t> origins = {});
