@@ -116,6 +116,10 @@ class StoreJoin : public ::testing::Test {
  protected:
   // Forks `world` ranks; each sets `env` (plus its own), starts oomflight, joins, records 100 events of its own and
   // runs `body(rank)`; its stderr goes to rank<R>.log. Returns the exit statuses.
+  // Two ranks: rank 0 asks for a dump (`rank_0s_dump`) once rank 1 started, and rank 1 fails (`late_reason`) after
+  // its history was frozen for that dump (fail_after_writing_dump_0, its marker `late`). Returns the exit statuses.
+  std::vector<int> rank_1_fails_during_rank_0s_dump(const char* late_reason, const std::function<void()>& rank_0s_dump);
+
   std::vector<int> run_ranks(int world, const std::function<void(int)>& body,
                              const std::function<void(int)>& before_init = {}) {
     fs::create_directories(store_dir());
@@ -464,27 +468,35 @@ void fail_after_writing_dump_0(const char* reason, const fs::path& marker) {
   };
 }
 
-// A rank whose own out-of-memory error comes after its history was frozen for another rank's dump, while that dump
-// is under way: it says so as it ends that dump (dN/late), the dump's origin stays, and the dump of its own that
-// follows names both and replaces the first archive: one archive, as over MPI (the joint dump; issue 40's table).
-TEST_F(StoreJoin, AnOomDuringAnotherRanksDumpGivesOneJointArchive) {
+std::vector<int> StoreJoin::rank_1_fails_during_rank_0s_dump(const char* late_reason,
+                                                             const std::function<void()>& rank_0s_dump) {
   const fs::path started = dir_.path() / "started";
   const fs::path late = dir_.path() / "late";
-  const auto statuses = run_ranks(
+  return run_ranks(
       2,
       [&](int rank) {
         if (rank == 0) {
           wait_for(started);
-          oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
-          std::ofstream(dir_.path() / "rank0-result") << oomflight_last_dump_path();
+          rank_0s_dump();
         }
         wait_for(late);  // rank 1's own dump is over: both ranks answered it
       },
       [&](int rank) {
         if (rank != 1) return;
         std::ofstream(started) << "x";
-        fail_after_writing_dump_0("CUDA out of memory (rank 1, late)", dir_.path() / "late");
+        fail_after_writing_dump_0(late_reason, late);
       });
+}
+
+// A rank whose own out-of-memory error comes after its history was frozen for another rank's dump, while that dump
+// is under way: it says so as it ends that dump (dN/late), the dump's origin stays, and the dump of its own that
+// follows names both and replaces the first archive: one archive, as over MPI (the joint dump; issue 40's table).
+TEST_F(StoreJoin, AnOomDuringAnotherRanksDumpGivesOneJointArchive) {
+  const fs::path late = dir_.path() / "late";
+  const auto statuses = rank_1_fails_during_rank_0s_dump("CUDA out of memory (rank 1, late)", [&] {
+    oomflight_trigger_oom(0, "CUDA out of memory (rank 0)", 1, 1);
+    std::ofstream(dir_.path() / "rank0-result") << oomflight_last_dump_path();
+  });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
   const Archive a = the_only_file(1);
   EXPECT_EQ(a.header.origin_ranks, (std::vector<std::int32_t>{0, 1})) << log(0) << log(1);
@@ -518,26 +530,14 @@ TEST_F(StoreJoin, AnOomDuringAnotherRanksDumpGivesOneJointArchive) {
 // Nobody stays for a joint dump; rank 1's oom dump follows, of its own, kind oom, naming rank 1 alone, and the
 // headroom archive names rank 0 alone: two archives.
 TEST_F(StoreJoin, AnOomDuringAHeadroomDumpGetsAnOomArchiveOfItsOwn) {
-  const fs::path started = dir_.path() / "started";
   const fs::path late = dir_.path() / "late";
-  const auto statuses = run_ranks(
-      2,
-      [&](int rank) {
-        if (rank == 0) {
-          wait_for(started);
-          oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
-          request.kind = OOMFLIGHT_DUMP_HEADROOM;
-          request.reason = "device 0: reserved 7.25 GiB of its 8.00 GiB capacity, over OOMFLIGHT_HEADROOM_DUMP=90%";
-          oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
-          (void)oomflight_request_dump(&request, &result);
-        }
-        wait_for(late);  // rank 1's own dump is over: both ranks answered it
-      },
-      [&](int rank) {
-        if (rank != 1) return;
-        std::ofstream(started) << "x";
-        fail_after_writing_dump_0("CUDA out of memory (rank 1, during the headroom dump)", dir_.path() / "late");
-      });
+  const auto statuses = rank_1_fails_during_rank_0s_dump("CUDA out of memory (rank 1, during the headroom dump)", [] {
+    oomflight_dump_request request = OOMFLIGHT_DUMP_REQUEST_INIT;
+    request.kind = OOMFLIGHT_DUMP_HEADROOM;
+    request.reason = "device 0: reserved 7.25 GiB of its 8.00 GiB capacity, over OOMFLIGHT_HEADROOM_DUMP=90%";
+    oomflight_dump_result result = OOMFLIGHT_DUMP_RESULT_INIT;
+    (void)oomflight_request_dump(&request, &result);
+  });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0}));
   std::map<std::string, Archive> by_kind;
   for (const fs::path& f : test::files_with_suffix(dir_.path() / "out", ".h5")) {

@@ -137,7 +137,7 @@ DumpResult DumpRun::run(DumpAssembly& transport, FrozenHistory& h, bool is_origi
   } else {
     header = executor_.header(a.facts.kind, a.facts.batch, header.reason, a.facts.origins, {id_.rank});
     header.dump_number = number;
-    r = settle_without_archive(transport, std::move(r), a, mine, header, h, is_origin, request);
+    r = settle_without_archive(transport, std::move(r), a, summary, mine, header, h, is_origin, request);
     r.seconds = seconds_since(start_ns);
   }
 
@@ -173,11 +173,9 @@ DumpResult DumpRun::run(DumpAssembly& transport, FrozenHistory& h, bool is_origi
 }
 
 DumpResult DumpRun::settle_without_archive(DumpAssembly& transport, DumpResult r, const AssembledDump& a,
-                                           const std::string& rank_file, const ArchiveHeader& header,
-                                           const FrozenHistory& h, bool is_origin, const DumpRequest& request) {
-  const std::string summary =
-      dump_summary(a.facts.kind, a.facts.origins, a.facts.batch, a.facts.requested_bytes, a.facts.device_free_bytes,
-                   a.facts.numbers_from_message, a.facts.reason);
+                                           const std::string& summary, const std::string& rank_file,
+                                           const ArchiveHeader& header, const FrozenHistory& h, bool is_origin,
+                                           const DumpRequest& request) {
   if (!rank_file.empty()) {
     settle_rank_local(r, summary, rank_file, false, a.error, id_);  // the safety copy is the result now
     return r;

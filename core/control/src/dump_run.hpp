@@ -107,9 +107,11 @@ class DumpRun {
 
  private:
   // Step 4 without an archive: the safety copy is the result (made durable), or a file written now, or none.
+  // `summary`: the dump's dump_summary() words.
   DumpResult settle_without_archive(DumpAssembly& transport, DumpResult r, const AssembledDump& a,
-                                    const std::string& rank_file, const ArchiveHeader& header, const FrozenHistory& h,
-                                    bool is_origin, const DumpRequest& request);
+                                    const std::string& summary, const std::string& rank_file,
+                                    const ArchiveHeader& header, const FrozenHistory& h, bool is_origin,
+                                    const DumpRequest& request);
 
   const Config& config_;
   const RankIdentity& id_;
