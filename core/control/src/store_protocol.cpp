@@ -112,8 +112,8 @@ StoreProtocol::StoreProtocol(const Config& config, RankIdentity& identity, std::
   const bool exit_signal = install_exit_signal();
   const bool dump_signal = install_dump_signal();  // SIGUSR1 to any rank: every rank's history, and the job goes on
   std::lock_guard lock(mutex_);
-  exit_signal_ = exit_signal;
-  dump_signal_ = dump_signal;
+  term_handler_ = exit_signal;
+  usr1_handler_ = dump_signal;
 }
 
 StoreProtocol::~StoreProtocol() {
@@ -354,8 +354,8 @@ bool StoreProtocol::wait_agreed(std::unique_lock<std::mutex>& lock) {
 Coordinator::SignalFlags StoreProtocol::signal_flags() {
   // SIGUSR1 once the agreement said whether the ranks coordinate (a request waits for it, and it is this thread's);
   // SIGTERM at once, whatever the state (torchrun's SIGKILL follows 30 s later).
-  return SignalFlags{.usr1 = dump_signal_ && state_ != State::agreeing,
-                     .term = exit_signal_,
+  return SignalFlags{.usr1 = usr1_handler_ && state_ != State::agreeing,
+                     .term = term_handler_,
                      .leaving = left_,
                      .dump_on_exit = config_.dump_on_exit,
                      .coordinated = state_ == State::agreed,
@@ -555,59 +555,16 @@ void StoreProtocol::look_for_dump(const WatcherDoorbell::Rings& rings) {
 }
 
 void StoreProtocol::run_heard(std::int64_t n, const std::string& text, const WatcherDoorbell::Rings& rings) {
-  const std::int64_t start = monotonic_ns();
   const std::optional<Cause> decoded = decode(text);
-  bool mine = false;
-  {
-    std::lock_guard lock(mutex_);
-    if (stop_ || ledger_.under_way() || ledger_.number() != n) return;
-    mine = requests_.due();  // a request of this rank asked for dump n meanwhile: this rank is its origin
-    if (!mine) ledger_.begin(decoded ? decoded->kind : DumpKind::oom);
+  if (!decoded) {
+    log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error", n);
   }
-  if (mine) {
-    (void)run_pending();
-    return;
-  }
-  // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of this rank
-  // would wait for it.
-  try {
-    Cause cause;
-    if (decoded) {
-      cause = *decoded;
-    } else {
-      log().error("dump {}: the cause in the job's store does not read; dumping as for an out-of-memory error", n);
-    }
-    log().debug("dump {}'s cause from rank {} seen {}", n, cause.origin,
-                rings.other ? "at once (a rank of this node rang)" : "at a look");
-    // This rank was an origin of the dump a late failure asked to join (the joint dump): an origin of this one
-    // too, with the same words and figures (its request waits for this dump: await_joint).
-    const bool rejoin = std::find(cause.joint_origins.begin(), cause.joint_origins.end(), id_.rank) !=
-                        cause.joint_origins.end();
-    const DumpEntry entry = rejoin ? DumpEntry::rejoined : DumpEntry::heard;
-    DumpRequest request;
-    request.kind = cause.kind;
-    int device = -1;
-    {
-      std::lock_guard lock(mutex_);
-      if (rejoin) request = ledger_.joint_request();
-      device = freeze_device(entry, ledger_);
-    }
-    FrozenHistory h = recorder_.freeze(device);
-    const DumpRole role = settle_role(ledger_, mutex_, cv_, entry, h, id_.rank, request);
-    if (role.through_event) {
-      try {
-        store_->add(key(n, "trigger"), 1);  // an origin's trigger, as tell_cause() adds it
-      } catch (const std::exception& e) {
-        log().warn("the job's store: {}", e.what());
-      }
-    }
-    finish(run_dump(n, role.origin, h, request, cause, start));
-  } catch (const std::exception& e) {
-    DumpResult r;
-    r.error = e.what();
-    log().error("dump {} failed on this rank: {}", n, e.what());
-    finish(std::move(r));
-  }
+  // Read by tell_others() when this rank enters dump n as another rank's (not when a request of its own is due: it
+  // is then that dump's origin, and reads the cause back itself).
+  heard_cause_ = decoded.value_or(Cause{});
+  log().debug("dump {}'s cause from rank {} seen {}", n, heard_cause_.origin,
+              rings.other ? "at once (a rank of this node rang)" : "at a look");
+  (void)enter_dump(heard_cause_.kind, n);
 }
 
 void StoreProtocol::store_failed(const std::exception& e) {
@@ -621,7 +578,7 @@ void StoreProtocol::store_failed(const std::exception& e) {
 std::optional<DumpResult> StoreProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   if (!wait_agreed(lock) || stop_) return std::nullopt;
-  return requests_.request(lock, request);  // the watcher runs the dump (run_pending)
+  return requests_.request(lock, request);  // the watcher runs the dump (enter_dump)
 }
 
 std::int64_t StoreProtocol::ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) {
@@ -666,49 +623,46 @@ std::int64_t StoreProtocol::tell_cause(std::int64_t n, const Cause& cause) {
   }
 }
 
-bool StoreProtocol::run_pending() {
-  std::optional<DumpRequests::Pending> mine;
+bool StoreProtocol::heard_is_joint() {
+  // The late origin's cause names the archive it replaces and the origins that rejoin: a dump of another rank's
+  // failure, after a joint dump that never came, is not it.
+  return (!heard_cause_.replaces.empty() && heard_cause_.replaces == ledger_.joint_path()) ||
+         std::find(heard_cause_.joint_origins.begin(), heard_cause_.joint_origins.end(), id_.rank) !=
+             heard_cause_.joint_origins.end();
+}
+
+bool StoreProtocol::tell_others(DumpEntry entry, bool through_event, std::int64_t asked, FrozenHistory& h,
+                                const DumpRequest& request) {
   std::int64_t n = 0;
   {
-    std::unique_lock lock(mutex_);
-    if (stop_ || ledger_.under_way()) return false;
-    mine = requests_.take_due(lock);
-    if (!mine) return false;
-    ledger_.begin(mine->request.kind);
+    std::lock_guard lock(mutex_);
     n = ledger_.number();
   }
-  // From here this thread owns dump n: whatever throws, the dump ends (finish), or every later request of this rank
-  // would wait for it.
-  const std::int64_t start = monotonic_ns();
-  try {
-    FrozenHistory& h = mine->history;
-    Cause cause = cause_for(mine->request, h.batch, mine->asked == 0);
-    // Told by the request before its freeze, or now (a dump was under way when it asked).
-    const std::int64_t order = mine->asked != 0 ? mine->asked : tell_cause(n, cause);
-    h.batch = cause.batch;
-    {
-      std::lock_guard lock(mutex_);
-      ledger_.asked(h.oom_events);
-      ledger_.decided();
+  dump_number_ = n;
+  if (entry != DumpEntry::asked) {
+    cause_ = heard_cause_;  // a rejoining origin's too: the late origin's cause names this rank's first dump
+    if (through_event) {
+      try {
+        store_->add(key(n, "trigger"), 1);  // an origin's trigger, as tell_cause() adds it
+      } catch (const std::exception& e) {
+        log().warn("the job's store: {}", e.what());
+      }
     }
-    cv_.notify_all();  // a request of another thread of this process waits for the verdict
-    if (order > 1) {
-      // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file). It is
-      // written right after its trigger, so this waits a round trip, at most a second.
-      const auto bound = std::min<std::int64_t>(to_ns(config_.dump_timeout), 1'000'000'000);
-      if (const auto c = wait_for_cause(n, monotonic_ns() + bound)) cause = *c;
-    }
-    // A dump the others never heard of (the store failed at its trigger) does not count: the ranks' numbers stay
-    // alike.
-    finish(run_dump(n, true, h, mine->request, cause, start), order != 0);
-  } catch (const std::exception& e) {
-    DumpResult r;
-    r.kind = mine->request.kind;
-    r.error = e.what();
-    log().error("dump failed: {}", e.what());
-    finish(r);
+    return true;
   }
-  return true;
+  Cause cause = cause_for(request, h.batch, asked == 0);
+  // Told by the request before its freeze, or now (a dump was under way when it asked).
+  const std::int64_t order = asked != 0 ? asked : tell_cause(n, cause);
+  h.batch = cause.batch;
+  if (order > 1) {
+    // Another rank asked first: its cause names the dump (kind and batch alike in every rank's file). It is
+    // written right after its trigger, so this waits a round trip, at most a second.
+    const auto bound = std::min<std::int64_t>(to_ns(config_.dump_timeout), 1'000'000'000);
+    if (const auto c = wait_for_cause(n, monotonic_ns() + bound)) cause = *c;
+  }
+  cause_ = std::move(cause);
+  // A dump the others never heard of (the store failed at its trigger) does not count.
+  return order != 0;
 }
 
 std::optional<StoreProtocol::Cause> StoreProtocol::wait_for_cause(std::int64_t n, std::int64_t deadline_ns) {
@@ -793,14 +747,6 @@ std::string StoreProtocol::merge(std::int64_t n, DumpKind kind, std::int64_t bat
     log().error("cannot merge the ranks' files into one archive: {}", e.what());
     return pack({"failed", e.what()});
   }
-}
-
-DumpResult StoreProtocol::run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, DumpRequest request,
-                                   const Cause& cause, std::int64_t start_ns) {
-  dump_number_ = n;
-  cause_ = cause;
-  DumpTimeline timeline;  // from the freeze's end: the steps of DumpRun and of assemble(), as the MPI path's are
-  return run_.run(*this, h, is_origin, std::move(request), start_ns, timeline);
 }
 
 DumpFacts StoreProtocol::facts_known(const FrozenHistory& /*h*/, bool is_origin, const DumpRequest& /*request*/) {
@@ -977,50 +923,30 @@ bool StoreProtocol::every_file_done(std::int64_t n, std::vector<char>& seen) {
   return true;
 }
 
-void StoreProtocol::finish(DumpResult result, bool counted) {
+// The leave agreement of the store (docs/protocol.md, "Leaving"): Coordinator::leave_together()'s rule over two
+// counters, who ended (`ending`) and who is gone (`left_early`: on an error, after its store, or seen ending in silence
+// by a peer of its node, notice_vanished).
+void StoreProtocol::say_ending() {
   {
     std::lock_guard lock(mutex_);
-    ledger_.finish(std::move(result), counted);
+    said_ending_ = true;  // a SIGTERM from here on tells the store nothing more (this rank is counted as ending)
   }
-  cv_.notify_all();
+  store_->set(fmt::format("ending/{}", id_.rank), "1");  // first: a peer that sees this process end then counts
+  store_->add("ending", 1);                               // it once (notice_vanished)
 }
 
-std::int64_t StoreProtocol::leave_together() {
-  // The leave agreement of the store (docs/protocol.md, "Leaving"): a rank that ends normally keeps answering dumps
-  // (its watcher runs on) until every rank has ended or left on an error, so that an OOM on a slower rank still
-  // finds this rank's history; bounded by OOMFLIGHT_DUMP_TIMEOUT.
-  // The rule is leave_rule.hpp's; the store counts who ended (`ending`) and who is gone (`left_early`: on an error,
-  // after its store, or seen ending in silence by a peer of its node, notice_vanished).
-  const std::int64_t deadline = monotonic_ns() + to_ns(config_.dump_timeout);
+std::optional<LeaveTally> StoreProtocol::leave_tally() {
   LeaveTally tally;
   tally.world_size = id_.world_size;
-  LeaveStep step = LeaveStep::wait;
-  try {
-    {
-      std::lock_guard lock(mutex_);
-      said_ending_ = true;  // a SIGTERM from here on tells the store nothing more (this rank is counted as ending)
-    }
-    store_->set(fmt::format("ending/{}", id_.rank), "1");  // first: a peer that sees this process end then counts
-    store_->add("ending", 1);                               // it once (notice_vanished)
-    for (;;) {
-      tally.ended = static_cast<int>(store_->add("ending", 0));
-      tally.gone = static_cast<int>(store_->add("left_early", 0));
-      step = next_leave_step(tally, monotonic_ns() >= deadline);
-      if (step != LeaveStep::wait) break;
-      notice_vanished();
-      sleep_for(pacing_.wait * 2);
-    }
-  } catch (const std::exception& e) {
-    log().debug("the job's store at the end: {}", e.what());
-    return 0;
-  }
-  if (step != LeaveStep::together) {
-    log().warn("{}", leaving_without_them_text(tally, config_.dump_timeout));
-    return 0;
-  }
-  log().debug("every rank ended or left ({} ended, {} gone, of {}): leaving", *tally.ended, tally.gone,
-              tally.world_size);
-  return *tally.ended;
+  tally.ended = static_cast<int>(store_->add("ending", 0));
+  tally.gone = static_cast<int>(store_->add("left_early", 0));
+  return tally;
+}
+
+void StoreProtocol::await_leave_news(std::int64_t deadline_ns) {
+  notice_vanished();
+  const std::int64_t left = deadline_ns - monotonic_ns();
+  if (left > 0) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(std::chrono::nanoseconds(left), pacing_.wait * 2));
 }
 
 void StoreProtocol::leave_last(std::int64_t ending) {
@@ -1049,48 +975,28 @@ void StoreProtocol::shutdown(bool normal) {
     // A rank that ends right after it joined waits for the agreement first: it has a part in the leave agreement.
     normal = normal && wait_agreed(lock);
   }
-  const std::int64_t all_ended = normal ? leave_together() : 0;  // > 0: every rank ended or left
+  const std::optional<LeaveTally> all_ended = normal ? leave_together() : std::nullopt;
+  stop_watching(true);
   std::int64_t reached = 0;
   bool agreed = false;
   {
-    std::unique_lock lock(mutex_);
-    // The dump under way ends first, and one a request of this rank asked for (the watcher runs both).
-    cv_.wait_for(lock, config_.dump_timeout * 3, [&] { return !requests_.busy(); });
-    stop_ = true;
+    std::lock_guard lock(mutex_);
     reached = ledger_.number();
     agreed = state_ != State::off;
   }
-  cv_.notify_all();
-  doorbell_.ring();
-  if (dump_signal_) uninstall_dump_signal();
-  if (exit_signal_) {
-    uninstall_exit_signal();
-    if (take_exit_signal() || claim_sigterm()) {
-      // It came after the watcher's last look, or the watcher took it and stopped first: end as it meant, once the
-      // others know (as the watcher would).
-      if (agreed) tell_left(reached, !said_ending_);
-      end_by_sigterm_saying("while leaving at the end of the job");
-    }
+  if (sigterm_at_end()) {
+    // It came after the watcher's last look, or the watcher took it and stopped first: end as it meant, once the
+    // others know (as the watcher would), and before any wait for a watcher that a hung store holds (torchrun's
+    // SIGKILL follows its SIGTERM 30 s later).
+    if (agreed) tell_left(reached, !said_ending_);
+    end_by_sigterm_saying("while leaving at the end of the job");
   }
-  bool watcher_ended = false;
-  if (watcher_.joinable()) {
-    // A watcher inside a round trip to a store that hangs is left behind, not waited for (sessions are never
-    // freed, so what it reads stays).
-    const bool self = watcher_.get_id() == std::this_thread::get_id();
-    std::unique_lock lock(mutex_);
-    const bool exited = !self && cv_.wait_for(lock, config_.dump_timeout, [&] { return watcher_exited_; });
-    lock.unlock();
-    if (exited) {
-      watcher_.join();
-      watcher_ended = true;
-      lock.lock();
-      watcher_joined_ = true;
-    } else {
-      watcher_.detach();
-      if (!self) log().warn("the store transport's watcher is left behind (inside a round trip to the store)");
-    }
-  }
-  if (watcher_ended && store_failures_ > 1) {
+  // A watcher inside a round trip to a store that hangs is left behind, not waited for (sessions are never freed,
+  // so what it reads stays).
+  const bool self = watcher_.joinable() && watcher_.get_id() == std::this_thread::get_id();
+  const bool joined = join_watcher();
+  if (!joined && !self) log().warn("the store transport's watcher is left behind (inside a round trip to the store)");
+  if (joined && store_failures_ > 1) {
     log().info("{} more looks at the job's store failed after the first", store_failures_ - 1);
   }
   if (agreed) {
@@ -1111,7 +1017,7 @@ void StoreProtocol::shutdown(bool normal) {
     // Said even when every rank ended: a dump that a rank whose watcher still runs asks for (a signal, an exit dump)
     // then waits for nobody that has gone.
     tell_left(reached, !normal);
-    if (all_ended > 0) leave_last(all_ended);  // the watcher is stopped: no look at the store comes after this
+    if (all_ended) leave_last(*all_ended->ended);  // the watcher is stopped: no look at the store comes after this
   }
   // The job's store is the job's: oomflight's reference goes now (or with the last call in flight), so that the
   // store ends when the job lets go of it (a FileStore's file is removed then, as without oomflight).
@@ -1138,33 +1044,17 @@ void StoreProtocol::leave(const std::string& why) {
       return;
     }
     left_ = true;
-    stop_ = true;  // the watcher stops at its next look; a dump under way ends at its next store call
+    stop_ = true;  // with left_: no request of this process and no look of the watcher uses the store after this
     reached = ledger_.number();
   }
-  cv_.notify_all();
-  doorbell_.ring();
+  stop_watching(false);  // the watcher stops at its next look; a dump under way ends at its next store call
   tell_left(reached, true);
-  if (dump_signal_) uninstall_dump_signal();
-  if (exit_signal_) {
-    uninstall_exit_signal();
-    // The watcher had not acted on it, or stopped before it could.
-    if (take_exit_signal() || claim_sigterm()) end_by_sigterm_saying("while leaving the job's store");
-  }
+  // The watcher had not acted on a SIGTERM, or stopped before it could.
+  if (sigterm_at_end()) end_by_sigterm_saying("while leaving the job's store");
   store_->release(why);
-  // Never held up for long: the caller is the job, letting go of its store (destroy_process_group).
-  bool exited = false;
-  if (watcher_.joinable() && watcher_.get_id() != std::this_thread::get_id()) {
-    std::unique_lock lock(mutex_);
-    exited = cv_.wait_for(lock, config_.poll_interval + std::chrono::milliseconds(100),
-                          [&] { return watcher_exited_; });
-  }
-  if (exited) {
-    watcher_.join();
-    std::lock_guard lock(mutex_);
-    watcher_joined_ = true;
-  } else if (watcher_.joinable()) {
-    watcher_.detach();  // still in a dump (its own file, on disk): it ends by itself; this protocol outlives it
-  }
+  // Never held up for long: the caller is the job, letting go of its store (destroy_process_group). A watcher still
+  // in a dump (its own file is on disk) ends by itself; this protocol outlives it.
+  (void)join_watcher(config_.poll_interval + std::chrono::milliseconds(100));
   log().debug("left the job's store: {}", why);
 }
 
@@ -1174,11 +1064,6 @@ void StoreProtocol::finish_leaving(std::chrono::milliseconds bound) {
     cv_.wait_for(lock, bound, [&] { return watcher_exited_; });
   } catch (...) {
   }
-}
-
-bool StoreProtocol::watcher_joined() {
-  std::lock_guard lock(mutex_);
-  return watcher_joined_;
 }
 
 }  // namespace oomflight

@@ -150,10 +150,6 @@ class StoreProtocol final : public Coordinator {
   /// is released as that call returns). Thread-safe; never throws.
   void finish_leaving(std::chrono::milliseconds bound) override;
 
-  /// Whether the watcher thread has ended and was joined: only then may the protocol be destroyed (one whose watcher
-  /// was left behind must outlive it). Thread-safe.
-  bool watcher_joined() override;
-
  private:
   enum class State { agreeing, agreed, off };
   struct Cause {
@@ -171,20 +167,28 @@ class StoreProtocol final : public Coordinator {
   };
 
   // Coordinator (coordinator.hpp): SIGUSR1 once the agreement said whether the ranks coordinate (a request waits for
-  // it), SIGTERM at once whatever the state (torchrun's SIGKILL follows 30 s later); a due request is run_pending's;
+  // it), SIGTERM at once whatever the state (torchrun's SIGKILL follows 30 s later); a due request is enter_dump's;
   // another rank's dump is a look at dN/cause at the job's pace (or at once when a rank of this node rang), and the
   // look also carries the start-up agreement, a late verdict and the snapshot windows to merge; SIGTERM's left/R; a
   // request is not run after stop (its stop lets go of the store: the others merge without this rank).
   SignalFlags signal_flags() override;
-  bool run_own_dump() override { return run_pending(); }
+  bool run_own_dump() override { return enter_dump(std::nullopt); }
   void look_for_dump(const WatcherDoorbell::Rings& rings) override;
   void tell_left_on_signal() override;
   bool runs_asked_dump_after_stop() const override { return false; }
+  // An origin's request tells the store (tell_cause) unless it did before its freeze, and reads back the cause of
+  // the first origin (its dump's kind and batch); an origin through its oom event adds its trigger; any other rank's
+  // dump is heard_cause_'s.
+  bool tell_others(DumpEntry entry, bool through_event, std::int64_t asked, FrozenHistory& h,
+                   const DumpRequest& request) override;
+  bool heard_is_joint() override;
   // Another rank's dump n, whose cause is `text` (seen at a look): this rank's part of it. Watcher only.
   void run_heard(std::int64_t n, const std::string& text, const WatcherDoorbell::Rings& rings);
-  // The leave agreement of a normal end: the number of ranks that ended normally once every rank ended or left, 0
-  // when the deadline came first (or the store failed).
-  std::int64_t leave_together();
+  // The leave agreement's mechanics (Coordinator::leave_together): `ending/R` and the `ending` counter, the
+  // `left_early` one, and a pause at the store's pace in which this node's vanished peers are noticed.
+  void say_ending() override;
+  std::optional<LeaveTally> leave_tally() override;
+  void await_leave_news(std::int64_t deadline_ns) override;
   // After a complete leave agreement, the watcher stopped: the last word of a rank (`gone`), and rank 0's wait for
   // the others' (it may host the store's server, which goes when it lets go of the store).
   void leave_last(std::int64_t ending);
@@ -193,9 +197,6 @@ class StoreProtocol final : public Coordinator {
   bool take_verdict(std::int64_t deadline_ns);  // ranks other than 0: rank 0's verdict, once it is there
   void adopt_verdict(const std::vector<std::string>& verdict);  // {version, "ok", run, job} | {version, "off", why}
   bool wait_agreed(std::unique_lock<std::mutex>& lock);
-  // Dump n, from this rank's freeze `h`, of `cause`: DumpRun's steps, over this transport's assembly.
-  DumpResult run_dump(std::int64_t n, bool is_origin, FrozenHistory& h, DumpRequest request, const Cause& cause,
-                      std::int64_t start_ns);
   // DumpAssembly (dump_run.hpp), for dump dump_number_ of cause_: what its cause says; the file keys, the wait for
   // every rank's file and the merge (the lowest rank with a file merges; a late claim when it does not); and the
   // end of the dump (dN/late, dN/done/R, dN/done: an origin waits for every rank with a file, as the MPI
@@ -205,8 +206,6 @@ class StoreProtocol final : public Coordinator {
                          std::int64_t deadline_ns, DumpTimeline& timeline) override;
   std::vector<int> end_dump(bool is_origin, const std::vector<std::int32_t>& origins, bool late, bool wrote,
                             std::int64_t deadline_ns) override;
-  // Ends the dump under way with `result`; `counted`: it was announced in the store (the dump number moves on).
-  void finish(DumpResult result, bool counted = true);
   std::string key(std::int64_t n, const std::string& what) const;
   // Tells the job's store that this rank left before dump `reached` (and, `early`, not by a normal end: ranks
   // ending normally wait for nobody that left this way); stops at the first failure (a store that is gone answers
@@ -241,9 +240,6 @@ class StoreProtocol final : public Coordinator {
   // dN/trigger, and for the first origin (the add gives it 1) dN/cause, then this node's watchers rung. Returns the
   // trigger's order, 0 when the store failed (the dump then does not count). Never throws.
   std::int64_t tell_cause(std::int64_t n, const Cause& cause);
-  // The watcher: runs the dump that a request of this rank (or its own, for a signal) asked for, when it is due.
-  // Returns whether it ran one.
-  bool run_pending();
   // The paths under `prefix`R for every rank R that this host can see (the others are named in the log).
   std::vector<std::string> visible_files(const std::string& prefix, std::vector<std::int32_t>* ranks);
   bool every_rank_answered(std::int64_t n, std::vector<char>& answered);  // answered: what earlier looks saw
@@ -263,15 +259,13 @@ class StoreProtocol final : public Coordinator {
 
   std::mutex& files_mutex_;  // the session's; lock_files(); taken after mutex_ is released, never with it
   State state_ = State::agreeing;  // (mutex_)
-  std::int64_t dump_number_ = 0;  // the dump run_dump runs (watcher)
+  std::int64_t dump_number_ = 0;  // the dump under way (watcher)
   Cause cause_;                   // ... and its cause
+  Cause heard_cause_;             // the cause of another rank's dump the watcher just read (run_heard)
   bool verdict_late_ = false;  // the watcher's: this rank gave up on rank 0's verdict, and still looks for it
   bool left_ = false;
   bool said_ending_ = false;  // this rank added itself to `ending` (its leave agreement): it never leaves early
-  bool watcher_joined_ = false;
   std::vector<std::pair<std::int64_t, std::int64_t>> snapshots_to_merge_;  // windows this rank completed
-  bool exit_signal_ = false;  // oomflight's SIGTERM handler is installed (SIGTERM was at its default)
-  bool dump_signal_ = false;  // oomflight's SIGUSR1 handler is installed (SIGUSR1 was at its default)
   std::int64_t store_failures_ = 0;
   int failures_ = 0;              // the watcher's looks that failed in a row (their backoff)
   std::int64_t next_store_ns_ = 0;  // when the watcher asks the store next: at the job's pace (store_pacing.hpp)

@@ -121,8 +121,8 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
   NodePeers node = exchange_node_peers(comm_, id_.rank, doorbell_.address());
   node_doorbells_ = std::move(node.doorbells);
-  signal_installed_ = install_dump_signal();
-  if (config_.dump_on_exit) exit_installed_ = install_exit_signal();
+  usr1_handler_ = install_dump_signal();  // the watcher starts below: no lock needed yet
+  if (config_.dump_on_exit) term_handler_ = install_exit_signal();
   MPI_Comm leave_comm = MPI_COMM_NULL;
   MPI_Comm_dup(comm_, &leave_comm);  // collective, like this constructor
   MPI_Comm_set_errhandler(leave_comm, MPI_ERRORS_RETURN);
@@ -141,57 +141,42 @@ TriggerProtocol::TriggerProtocol(const Config& config, const RankIdentity& ident
 
 TriggerProtocol::~TriggerProtocol() { shutdown(false, LeaveAgreement::Leaving::on_error); }
 
-bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alone) {
-  std::string stuck_safety_path;
+bool TriggerProtocol::shutdown(bool together, LeaveAgreement::Leaving alone) {
   {
-    std::unique_lock lock(mutex_);
-    if (stop_) return !abandoned_;
-    if (leave_together && !watcher_exited_) {
-      // The leave agreement (leave_agreement.hpp): the watcher keeps answering triggers until every rank has asked
-      // to leave, a rank left without it, or the deadline; a dump under way then is waited for below, as always.
-      leaving_ = true;
-      doorbell_.ring();
-      // The rule is leave_rule.hpp's, the tally the watcher's (poll_leave): MPI's barrier says only that all ended.
-      const bool decided = cv_.wait_for(lock, config_.dump_timeout, [&] {
-        return next_leave_step(leave_tally_, false) != LeaveStep::wait || watcher_exited_;
-      });
-      if (!decided && next_leave_step(leave_tally_, true) == LeaveStep::deadline) {
-        log().warn("{}", leaving_without_them_text(leave_tally_, config_.dump_timeout));
-      }
-    }
-    stop_ = true;
-    if (snapshots_) snapshots_->stop();
-    if (signal_installed_) uninstall_dump_signal();
-    if (exit_installed_ && !exiting_) uninstall_exit_signal();
-    doorbell_.ring();
-    cv_.notify_all();
-    // A watcher inside a dump may be blocked in a call that a stalled or dead rank never lets
-    // finish. Wait for it only until the dump's own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start): after that
-    // it is left behind, so that the job's own error ends the process instead of oomflight keeping it alive.
-    const std::int64_t left_ns = ledger_.under_way()
-                                     ? active_start_ns_ + 3 * to_ns(config_.dump_timeout) - monotonic_ns()
-                                     : to_ns(config_.dump_timeout);
-    const auto bound = std::chrono::nanoseconds(left_ns);
-    abandoned_ = !cv_.wait_for(lock, std::max(bound, std::chrono::nanoseconds(0)) + config_.poll_interval * 2,
-                                 [&] { return watcher_exited_; });
+    std::lock_guard lock(mutex_);
+    if (ending_) return !abandoned_;
+    ending_ = true;
   }
-  if (abandoned_) stuck_safety_path = run_.rank_file();
-  if (abandoned_) {
-    watcher_.detach();
+  // The leave agreement (leave_agreement.hpp): the watcher keeps answering triggers until every rank has asked to
+  // leave, a rank left without it, or the deadline. The rule is leave_rule.hpp's, the tally the watcher's
+  // (poll_leave): MPI's barrier says only that all ended.
+  if (together) (void)leave_together();
+  if (snapshots_) snapshots_->stop();
+  stop_watching(true);
+  const bool joined = join_watcher();
+  {
+    std::lock_guard lock(mutex_);
+    abandoned_ = !joined;
+  }
+  if (!joined) {
+    // A SIGTERM still to act on ends the process all the same (the LEFT message is the stuck watcher's to send: it
+    // uses the agreement's communicator; the others see this process end on its node, or reach their deadline).
+    if (sigterm_at_end()) end_by_sigterm_saying("while leaving at the end of the job, with a dump stuck");
+    const std::string safety_path = run_.rank_file();
     log().error("the dump is stuck in an MPI call (a rank stalled or died during it); leaving it behind so that "
                 "the job can exit. Every rank that froze its history wrote its rank-local file before the first "
                 "collective step{}",
-                stuck_safety_path.empty() ? std::string() : fmt::format(" (this rank's: {})", stuck_safety_path));
+                safety_path.empty() ? std::string() : fmt::format(" (this rank's: {})", safety_path));
     return false;  // comm_, the pending receive and this object stay as they are: the watcher still uses them
   }
-  if (watcher_.joinable()) watcher_.join();
-  // A SIGTERM the watcher took but could not end the process for before it stopped: ended here, as it meant.
-  const bool end_on_sigterm = claim_sigterm();
+  // A SIGTERM the watcher took but could not end the process for before it stopped, or one that came after its
+  // last turn: ended here, as it meant.
+  const bool end_on_sigterm = sigterm_at_end();
   // Told before the communicator goes: a rank that asks for a dump after this one left must not wait for it.
   leave_->receive_left_messages();
-  leave_->announce_leaving(end_on_sigterm     ? LeaveAgreement::Leaving::on_error
-                           : leave_together ? LeaveAgreement::Leaving::normally
-                                            : alone);
+  leave_->announce_leaving(end_on_sigterm ? LeaveAgreement::Leaving::on_error
+                           : together     ? LeaveAgreement::Leaving::normally
+                                          : alone);
   leave_->close();
   if (trigger_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&trigger_request_);
@@ -202,6 +187,28 @@ bool TriggerProtocol::shutdown(bool leave_together, LeaveAgreement::Leaving alon
   if (snapshots_) snapshots_->close();
   if (end_on_sigterm) end_by_sigterm_saying("while leaving at the end of the job");  // never finalises MPI
   return true;
+}
+
+void TriggerProtocol::say_ending() {
+  {
+    std::lock_guard lock(mutex_);
+    leaving_ = true;
+  }
+  doorbell_.ring();  // the watcher posts this rank's part of the barrier now (poll_leave)
+}
+
+std::optional<LeaveTally> TriggerProtocol::leave_tally() {
+  std::lock_guard lock(mutex_);
+  if (watcher_exited_) return std::nullopt;
+  return leave_tally_;
+}
+
+void TriggerProtocol::await_leave_news(std::int64_t deadline_ns) {
+  std::unique_lock lock(mutex_);
+  // The watcher notifies when its tally changes (poll_leave); the wait is bounded all the same.
+  const std::int64_t left = deadline_ns - monotonic_ns();
+  if (left <= 0 || watcher_exited_) return;
+  cv_.wait_for(lock, std::min<std::chrono::nanoseconds>(std::chrono::nanoseconds(left), config_.poll_interval));
 }
 
 void TriggerProtocol::stop_watching_peers() {
@@ -234,11 +241,6 @@ bool TriggerProtocol::end(bool normal, bool error) {
   return shutdown(normal, error ? LeaveAgreement::Leaving::on_error : LeaveAgreement::Leaving::normally);
 }
 
-bool TriggerProtocol::watcher_joined() {
-  std::lock_guard lock(mutex_);
-  return watcher_exited_ && !abandoned_;
-}
-
 std::optional<DumpResult> TriggerProtocol::request(const DumpRequest& request) {
   std::unique_lock lock(mutex_);
   return requests_.request(lock, request);  // nullopt once shut down: the session writes this rank alone
@@ -258,7 +260,7 @@ std::int64_t TriggerProtocol::ask_others(const DumpRequest& request, std::int64_
 Coordinator::SignalFlags TriggerProtocol::signal_flags() {
   // The handler of SIGTERM is installed only with OOMFLIGHT_DUMP_ON_EXIT, and the ranks agreed before this protocol
   // was made.
-  return SignalFlags{.usr1 = true, .term = exit_installed_, .leaving = leaving_, .dump_on_exit = true,
+  return SignalFlags{.usr1 = true, .term = term_handler_, .leaving = leaving_, .dump_on_exit = true,
                      .coordinated = true, .headroom = true};
 }
 
@@ -269,8 +271,7 @@ bool TriggerProtocol::run_own_dump() {
   }
   // The triggers that came meanwhile name their origins in this rank's own file of the dump.
   if (heard_origins_.empty()) (void)poll_trigger_message();
-  run_dump();
-  return true;
+  return enter_dump(std::nullopt);
 }
 
 void TriggerProtocol::look_for_dump(const WatcherDoorbell::Rings& rings) {
@@ -279,7 +280,7 @@ void TriggerProtocol::look_for_dump(const WatcherDoorbell::Rings& rings) {
   if (!remote) return;
   log().debug("trigger from rank {} seen {}", *heard_origins_.begin(),
               rings.other ? "at once (a rank of this node rang)" : "at a poll");
-  run_dump();
+  (void)enter_dump(heard_kind_);
 }
 
 void TriggerProtocol::between_dumps() {
@@ -404,49 +405,28 @@ bool TriggerProtocol::wait_for(MPI_Request& request, std::int64_t deadline_ns, b
   }
 }
 
-void TriggerProtocol::run_dump() {
-  const std::int64_t start = monotonic_ns();
-  DumpTimeline timeline;
-  DumpEntry entry = DumpEntry::heard;
-  DumpRequest request;
-  FrozenHistory h;
-  bool triggers_sent = false;
-  int device = -1;
-  std::int64_t joint_batch = -1;
-  {
-    std::unique_lock lock(mutex_);
-    if (auto mine = requests_.take_due(lock)) {
-      entry = DumpEntry::asked;
-      triggers_sent = mine->asked != 0;
-      h = std::move(mine->history);
-      request = std::move(mine->request);
-    }
-    // Deciding until the freeze says whether this rank is an origin; of its own request's kind, the joint dump's
-    // (oom), or the one its trigger said.
-    ledger_.begin(entry == DumpEntry::asked ? request.kind : ledger_.joint_expected() ? DumpKind::oom : heard_kind_);
-    active_start_ns_ = start;
-    if (entry != DumpEntry::asked && ledger_.joint_expected()) {
-      // The joint dump: this rank was an origin of the dump that a late failure asked to join. It is an origin of
-      // this one too, with the same reason and figures, and its archive replaces the one it just wrote.
-      entry = DumpEntry::rejoined;
-      request = ledger_.joint_request();
-      supersede_path_ = ledger_.joint_path();
-      joint_batch = ledger_.joint_batch();
-      triggers_sent = true;  // the late origin sent them
-    }
-    device = freeze_device(entry, ledger_);
+bool TriggerProtocol::tell_others(DumpEntry entry, bool through_event, std::int64_t asked, FrozenHistory& h,
+                                  const DumpRequest& request) {
+  if (entry == DumpEntry::rejoined) {
+    std::lock_guard lock(mutex_);
+    supersede_path_ = ledger_.joint_path();  // its vote says so: the collective write replaces that archive
   }
-  if (entry != DumpEntry::asked) {
-    h = recorder_.freeze(device);
-    if (entry == DumpEntry::rejoined) h.batch = joint_batch;
-  }
-  const bool is_origin = settle_role(ledger_, mutex_, cv_, entry, h, id_.rank, request).origin;
-  timeline.mark("freeze");
-  if (is_origin && !broken_ && !triggers_sent) send_triggers(ledger_.number(), h.batch, request.kind);
-  timeline.mark("triggers");
-  DumpResult result = run_.run(*this, h, is_origin, std::move(request), start, timeline);
+  // A rejoining origin's triggers are the late origin's, and a request's went out before its freeze.
+  const bool send = entry == DumpEntry::asked ? asked == 0 : through_event;
+  if (send && !broken_) send_triggers(ledger_.number(), h.batch, request.kind);
+  return true;
+}
+
+void TriggerProtocol::dump_threw() {
+  broken_ = true;  // this rank left the dump's collective steps where they were: the others' next ones would hang
+  if (snapshots_) snapshots_->abandon();
+}
+
+void TriggerProtocol::dump_ended() {
   supersede_path_.clear();
-  finish(std::move(result));
+  heard_origins_.clear();
+  heard_batch_ = -1;
+  heard_kind_ = DumpKind::oom;
 }
 
 DumpFacts TriggerProtocol::local_facts(const FrozenHistory& h, bool is_origin, const DumpRequest& request,
@@ -673,17 +653,6 @@ std::vector<int> TriggerProtocol::end_dump(bool is_origin, const std::vector<std
   }
   std::sort(late_ranks.begin(), late_ranks.end());
   return late_ranks;
-}
-
-void TriggerProtocol::finish(DumpResult result) {
-  {
-    std::lock_guard lock(mutex_);
-    ledger_.finish(std::move(result));
-    heard_origins_.clear();
-    heard_batch_ = -1;
-    heard_kind_ = DumpKind::oom;
-  }
-  cv_.notify_all();
 }
 
 }  // namespace oomflight

@@ -75,7 +75,6 @@ class TriggerProtocol final : public Coordinator {
   bool leaves_with_the_job() const override { return false; }
   void leave(const std::string&) override {}
   void finish_leaving(std::chrono::milliseconds) override {}
-  bool watcher_joined() override;
 
   /// Hands a closed snapshot window to the watcher and returns at once (the training thread never waits for
   /// another rank). `freeze` is called here with the last written snapshot's event storage (warm pages: the freeze
@@ -87,17 +86,19 @@ class TriggerProtocol final : public Coordinator {
   /// Waits until every queued snapshot is written or skipped, at most `timeout`. Returns whether they all were.
   bool drain_snapshots(std::chrono::milliseconds timeout);
 
-  /// Ends the session. With `leave_together` (a normal end), first the leave agreement (leave_agreement.hpp):
+  /// Ends the session. With `together` (a normal end), first the leave agreement (leave_agreement.hpp):
   /// the watcher keeps answering triggers until every rank has asked to leave, a rank left without it, or
   /// OOMFLIGHT_DUMP_TIMEOUT. Without it (an error exit, this rank's OOM), or when that wait runs out, every other
   /// rank is told that this one left, so that a dump asked for later does not wait for it.
-  /// Then stops the watcher and frees the communicator (no collective: safe when other ranks are gone). Idempotent.
+  /// Then the dump under way, and one a request of this rank asked for, end (the watcher runs both), the watcher
+  /// stops, and the communicator is freed (no collective: safe when other ranks are gone); a SIGTERM still to act
+  /// on then ends the process, the others told (Coordinator::sigterm_at_end). Idempotent.
   /// A watcher stuck in a dump's MPI call (a stalled or dead rank) is waited for only until that dump's bound,
   /// 3 x OOMFLIGHT_DUMP_TIMEOUT from its start; then it is detached and shutdown() returns false: the object,
   /// its communicator and everything it refers to must then stay alive until the process exits.
   /// `alone` is what the LEFT message says when this rank leaves without the others: on_error for an ending that
   /// never finalises MPI, normally otherwise.
-  bool shutdown(bool leave_together, LeaveAgreement::Leaving alone);
+  bool shutdown(bool together, LeaveAgreement::Leaving alone);
 
   /// After shutdown(): closes the watch of the node's peer processes (their pidfds), for a process that starts a
   /// new session. No MPI call.
@@ -117,13 +118,23 @@ class TriggerProtocol final : public Coordinator {
   // makes no TriggerProtocol); a due request runs with the triggers heard so far; another rank's dump is a trigger
   // message (looked for a little longer when a rank of this node rang); between dumps, the snapshots' writes and the
   // leave agreement; SIGTERM's LEFT message; a request whose triggers went out runs even after shutdown() (the
-  // others wait for it in the vote).
+  // others wait for it in the vote); an origin whose request did not send them, or through its oom event, sends its
+  // triggers after the freeze; a joint dump's rejoining origin names the archive it replaces.
   SignalFlags signal_flags() override;
   bool run_own_dump() override;
   void look_for_dump(const WatcherDoorbell::Rings& rings) override;
   void between_dumps() override;
   void tell_left_on_signal() override;
   bool runs_asked_dump_after_stop() const override { return true; }
+  bool tell_others(DumpEntry entry, bool through_event, std::int64_t asked, FrozenHistory& h,
+                   const DumpRequest& request) override;
+  void dump_ended() override;
+  void dump_threw() override;
+  // The leave agreement's mechanics: the watcher posts this rank's part of the barrier and keeps the tally
+  // (poll_leave); shutdown() waits on it.
+  void say_ending() override;
+  std::optional<LeaveTally> leave_tally() override;
+  void await_leave_news(std::int64_t deadline_ns) override;
   // Whether a dump waits for this watcher (its own request, a trigger from another rank, shutdown): a snapshot
   // write yields to it. Watcher thread only.
   bool dump_waiting();
@@ -155,21 +166,17 @@ class TriggerProtocol final : public Coordinator {
   bool poll_trigger_message();
   // A rank of this node rang: its trigger is on its way. Polls for it briefly before going back to sleep.
   bool await_rung_trigger();
-  void run_dump();
   void send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind);
   bool wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left = false);
-  void finish(DumpResult result);
 
   const RankIdentity& id_;
   const DumpExecutor& executor_;
   MPI_Comm comm_;
 
   std::vector<DoorbellAddress> node_doorbells_;  // the other ranks' of this node, rung with every trigger sent
-  std::int64_t active_start_ns_ = 0;     // when the dump under way began (monotonic)
-  bool abandoned_ = false;               // shutdown() left a stuck watcher behind
+  bool ending_ = false;                  // shutdown() began (mutex_)
+  bool abandoned_ = false;               // shutdown() left a stuck watcher behind (mutex_)
   bool broken_ = false;                  // a collective was abandoned: comm_ must not be used collectively
-  bool signal_installed_ = false;        // this protocol installed the SIGUSR1 handler (dump_signal.hpp)
-  bool exit_installed_ = false;          // ... and the SIGTERM one (OOMFLIGHT_DUMP_ON_EXIT)
 
   MPI_Request trigger_request_ = MPI_REQUEST_NULL;
   protocol::TriggerMessage incoming_{};
