@@ -75,14 +75,17 @@ void Coordinator::stop_watching(bool after_dumps) {
   {
     std::unique_lock lock(mutex_);
     if (after_dumps) {
-      // The dump under way ends first, and one a request of this rank asked for: the watcher runs both, each
-      // within its own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start), the whole wait within two such bounds.
+      // The dump under way ends first, and one a request of this rank asked for once it is due: the watcher runs
+      // both, each within its own bound (3 x OOMFLIGHT_DUMP_TIMEOUT from its start), the whole wait within two such
+      // bounds. A request that is not due with no dump under way never becomes due here (the dump it follows did
+      // not count: the store failed as it began) and holds nobody up, as at SIGTERM's end.
       const std::int64_t bound = 3 * to_ns(config_.dump_timeout);
       const std::int64_t cap = monotonic_ns() + 2 * bound;
       for (;;) {
         const std::int64_t until = ledger_.under_way() ? std::min(active_start_ns_ + bound, cap) : cap;
         const std::int64_t now = monotonic_ns();
-        if (!requests_.busy() || watcher_exited_ || now >= until) break;
+        const bool dump_to_end = ledger_.under_way() || requests_.due();
+        if (!dump_to_end || watcher_exited_ || now >= until) break;
         cv_.wait_for(lock, std::chrono::nanoseconds(until - now));
       }
     }

@@ -140,8 +140,8 @@ class Coordinator : public DumpCoordinator, protected DumpRequests::Transport, p
   std::optional<LeaveTally> leave_together();
 
   /// Stops the watcher: first, with `after_dumps`, waits for the dump under way and one a request of this rank asked
-  /// for (the watcher runs both; within the dump's bound, 3 x OOMFLIGHT_DUMP_TIMEOUT from its start, or from now
-  /// for one not begun); then sets stop_, puts back oomflight's signal handlers (SIGTERM's stays while a SIGTERM it
+  /// for once it is due (the watcher runs both; each within its bound, 3 x OOMFLIGHT_DUMP_TIMEOUT from its start, the
+  /// whole wait within two); then sets stop_, puts back oomflight's signal handlers (SIGTERM's stays while a SIGTERM it
   /// took is still to end the process: sigterm_at_end) and rings the watcher. Any thread but the watcher, without
   /// mutex_.
   void stop_watching(bool after_dumps);
