@@ -162,6 +162,35 @@ TEST(DumpLedger, AFailureDuringADumpIsSaidOfThatDumpOnly) {
   EXPECT_FALSE(ledger.failed_late_in(1));
 }
 
+TEST(DumpLedger, AnOomRequestAfterALateFailureInAnOomArchiveAsksForTheJointDump) {
+  DumpLedger ledger;
+  ledger.begin(DumpKind::oom);
+  ledger.failed_late();
+  EXPECT_FALSE(ledger.asks_joint(DumpKind::oom)) << "dump 0 is still under way: its end says the failure first";
+  ledger.finish(archive("a.h5"));
+  EXPECT_TRUE(ledger.asks_joint(DumpKind::oom));
+  EXPECT_FALSE(ledger.asks_joint(DumpKind::signal)) << "only the failure's own oom request joins the origins";
+  ledger.begin(DumpKind::oom);
+  ledger.finish(archive("a.h5"));  // the joint dump: after it, a request is a dump of its own again
+  EXPECT_FALSE(ledger.asks_joint(DumpKind::oom));
+}
+
+TEST(DumpLedger, ALateFailureInADumpWithoutAnArchiveOrOfAnotherKindAsksForADumpOfItsOwn) {
+  DumpLedger headroom;
+  headroom.begin(DumpKind::headroom);
+  headroom.failed_late();
+  headroom.finish(archive("h.h5", DumpKind::headroom));
+  EXPECT_FALSE(headroom.asks_joint(DumpKind::oom));
+  DumpLedger fallback;
+  fallback.begin(DumpKind::oom);
+  fallback.failed_late();
+  DumpResult rank_local;
+  rank_local.kind = DumpKind::oom;
+  rank_local.status = DumpResult::Status::rank_local;
+  fallback.finish(rank_local);
+  EXPECT_FALSE(fallback.asks_joint(DumpKind::oom));
+}
+
 TEST(DumpLedger, AFailureSaidLateOnlyWhileTheDumpsEndHasNotSaidItYet) {
   DumpLedger ledger;
   ledger.begin();

@@ -87,10 +87,11 @@ class Coordinator : public DumpCoordinator, protected DumpRequests::Transport, p
   /// Whether a request whose other ranks were told (DumpRequests::due_and_asked) is run after stop_ (MPI's others
   /// wait for this rank's vote; the store's stop lets go of the store, and the others merge without this rank).
   virtual bool runs_asked_dump_after_stop() const = 0;
-  /// The ledger expects the joint dump, and an oom dump of another rank was heard: whether, as far as the transport
-  /// can tell, it is that joint dump (the store: its cause replaces the archive the ledger names, or names this rank
-  /// among the origins it rejoins; MPI: a trigger cannot say, so any). Under mutex_.
-  virtual bool heard_is_joint() { return true; }
+  /// The ledger expects the joint dump, and an oom dump of another rank was heard: whether it is that joint dump, as
+  /// its late origin said by the ledger's rule (DumpLedger::asks_joint): the store's cause replaces the archive the
+  /// ledger names or names this rank among the origins it rejoins; an MPI trigger carries kJointTrigger. Under
+  /// mutex_.
+  virtual bool heard_is_joint() = 0;
   /// A dump threw on this rank before its end (enter_dump ends it with the error): MPI marks its communicator out
   /// of step with the others. Watcher only, without mutex_.
   virtual void dump_threw() {}

@@ -153,6 +153,15 @@ class DumpLedger {
   /// Whether failed_late() was said of dump `n`.
   bool failed_late_in(std::int64_t n) const { return late_in_ == n; }
 
+  /// Whether this rank's request of `kind` for the next dump asks for the joint dump: it is an oom request, this rank
+  /// failed late in the last dump, and that dump was an oom dump that wrote an archive (the one the joint dump
+  /// replaces: last_result().path). After a dump of another kind, or one without an archive, its dump is its own.
+  /// The rule both transports tell the others by (the store's cause, MPI's trigger).
+  bool asks_joint(DumpKind kind) const {
+    return kind == DumpKind::oom && failed_late_in(number_ - 1) &&
+           last_result_.status == DumpResult::Status::archive && last_result_.kind == DumpKind::oom;
+  }
+
   /// On an origin of the dump under way, which a rank said it failed late in: stay for that rank's dump. This
   /// rank is an origin of it too, with the same `request` and `batch`, and its archive replaces `path`.
   void expect_joint(const DumpRequest& request, std::int64_t batch, std::string path);

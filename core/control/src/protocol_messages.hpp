@@ -24,8 +24,11 @@ struct TriggerMessage {
   std::int64_t epoch;
   std::int64_t batch;
   std::int32_t origin;
-  std::int32_t kind;  ///< DumpKind
+  std::int32_t kind;  ///< DumpKind, with kJointTrigger when the origin asks for the joint dump
 };
+/// In TriggerMessage::kind: the origin failed late in the last dump and asks for the joint dump
+/// (DumpLedger::asks_joint), whose rejoining origins take it for the one their ledger expects (heard_is_joint).
+inline constexpr std::int32_t kJointTrigger = 1 << 16;
 static_assert(sizeof(TriggerMessage) == 24);
 
 /// One rank's contribution to the agreement: whether it is an origin and what it asked for. The votes are not

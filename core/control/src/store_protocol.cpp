@@ -590,12 +590,7 @@ StoreProtocol::Cause StoreProtocol::cause_for(const DumpRequest& request, std::i
               request.numbers_from_message, request.reason, {}, {}};
   std::lock_guard lock(mutex_);
   const DumpResult& last = ledger_.last_result();
-  // The joint dump follows an oom dump only: after a dump of another kind (a headroom crossing) this failure's dump is
-  // its own.
-  if (request.kind != DumpKind::oom || !ledger_.failed_late_in(ledger_.number() - 1) ||
-      last.status != DumpResult::Status::archive || last.kind != DumpKind::oom) {
-    return cause;
-  }
+  if (!ledger_.asks_joint(request.kind)) return cause;  // the ledger's rule, MPI's trigger's too
   // The joint archive keeps the name and batch of the one it replaces.
   cause.replaces = last.path;
   cause.joint_origins.assign(last.origin_ranks.begin(), last.origin_ranks.end());

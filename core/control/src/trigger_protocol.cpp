@@ -47,6 +47,7 @@ namespace oomflight {
 namespace {
 
 using protocol::kTagDone;
+using protocol::kJointTrigger;
 using protocol::kTagTrigger;
 using protocol::TriggerMessage;
 using protocol::kVotesKept;
@@ -252,7 +253,12 @@ std::string TriggerProtocol::why_alone() {
 }
 
 std::int64_t TriggerProtocol::ask_others(const DumpRequest& request, std::int64_t batch, std::int64_t number) {
-  send_triggers(number, batch, request.kind);
+  bool joint = false;
+  {
+    std::lock_guard lock(mutex_);
+    joint = ledger_.asks_joint(request.kind);
+  }
+  send_triggers(number, batch, request.kind, joint);
   log().debug("triggers sent to every rank before the freeze");
   return 1;
 }
@@ -278,6 +284,10 @@ void TriggerProtocol::look_for_dump(const WatcherDoorbell::Rings& rings) {
   bool remote = !heard_origins_.empty() || poll_trigger_message();  // a snapshot's write may have taken it
   if (!remote && rings.other) remote = await_rung_trigger();
   if (!remote) return;
+  // Every trigger that is here already: their origins, and whether one asks for the joint dump (a through-event
+  // origin's trigger may come before the late origin's that it answers).
+  while (poll_trigger_message()) {
+  }
   log().debug("trigger from rank {} seen {}", *heard_origins_.begin(),
               rings.other ? "at once (a rank of this node rang)" : "at a poll");
   (void)enter_dump(heard_kind_);
@@ -356,7 +366,9 @@ bool TriggerProtocol::poll_trigger_message() {
   const TriggerMessage msg = incoming_;
   MPI_Irecv(&incoming_, sizeof(incoming_), MPI_BYTE, MPI_ANY_SOURCE, kTagTrigger, comm_, &trigger_request_);
   if (msg.epoch < ledger_.number()) return false;  // a second origin's trigger for a dump already written
-  if (heard_origins_.empty() && msg.kind >= 0 && msg.kind < kDumpKindCount) heard_kind_ = static_cast<DumpKind>(msg.kind);
+  const std::int32_t kind = msg.kind & ~kJointTrigger;
+  if (heard_origins_.empty() && kind >= 0 && kind < kDumpKindCount) heard_kind_ = static_cast<DumpKind>(kind);
+  heard_joint_ = heard_joint_ || (msg.kind & kJointTrigger) != 0;
   heard_origins_.insert(msg.origin);
   if (heard_batch_ < 0) heard_batch_ = msg.batch;
   return true;
@@ -375,9 +387,9 @@ bool TriggerProtocol::await_rung_trigger() {
   return false;
 }
 
-void TriggerProtocol::send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind) {
+void TriggerProtocol::send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind, bool joint) {
   auto& msg = new_outgoing_message();
-  const TriggerMessage m{number, batch, id_.rank, static_cast<std::int32_t>(kind)};
+  const TriggerMessage m{number, batch, id_.rank, static_cast<std::int32_t>(kind) | (joint ? kJointTrigger : 0)};
   std::memcpy(msg.data(), &m, sizeof(m));
   for (int r = 0; r < id_.world_size; ++r) {
     if (r == id_.rank) continue;
@@ -413,7 +425,15 @@ bool TriggerProtocol::tell_others(DumpEntry entry, bool through_event, std::int6
   }
   // A rejoining origin's triggers are the late origin's, and a request's went out before its freeze.
   const bool send = entry == DumpEntry::asked ? asked == 0 : through_event;
-  if (send && !broken_) send_triggers(ledger_.number(), h.batch, request.kind);
+  if (!send || broken_) return true;
+  std::int64_t number = 0;
+  bool joint = false;
+  {
+    std::lock_guard lock(mutex_);
+    number = ledger_.number();
+    joint = entry == DumpEntry::asked && ledger_.asks_joint(request.kind);
+  }
+  send_triggers(number, h.batch, request.kind, joint);
   return true;
 }
 
@@ -422,8 +442,11 @@ void TriggerProtocol::dump_threw() {
   if (snapshots_) snapshots_->abandon();
 }
 
+bool TriggerProtocol::heard_is_joint() { return heard_joint_; }
+
 void TriggerProtocol::dump_ended() {
   supersede_path_.clear();
+  heard_joint_ = false;
   heard_origins_.clear();
   heard_batch_ = -1;
   heard_kind_ = DumpKind::oom;

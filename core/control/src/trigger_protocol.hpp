@@ -130,6 +130,8 @@ class TriggerProtocol final : public Coordinator {
                    const DumpRequest& request) override;
   void dump_ended() override;
   void dump_threw() override;
+  // Whether a trigger of the dump heard said it is the joint dump (kJointTrigger).
+  bool heard_is_joint() override;
   // The leave agreement's mechanics: the watcher posts this rank's part of the barrier and keeps the tally
   // (poll_leave); shutdown() waits on it.
   void say_ending() override;
@@ -166,7 +168,8 @@ class TriggerProtocol final : public Coordinator {
   bool poll_trigger_message();
   // A rank of this node rang: its trigger is on its way. Polls for it briefly before going back to sleep.
   bool await_rung_trigger();
-  void send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind);
+  // `joint`: the origin asks for the joint dump (kJointTrigger).
+  void send_triggers(std::int64_t number, std::int64_t batch, DumpKind kind, bool joint);
   bool wait_for(MPI_Request& request, std::int64_t deadline_ns, bool give_up_when_a_rank_left = false);
 
   const RankIdentity& id_;
@@ -183,6 +186,7 @@ class TriggerProtocol final : public Coordinator {
   std::set<int> heard_origins_;  // origins named by trigger messages in this dump
   std::int64_t heard_batch_ = -1;
   DumpKind heard_kind_ = DumpKind::oom;
+  bool heard_joint_ = false;  // a trigger heard for this dump asks for the joint dump (watcher)
   // The joint dump (dump_ledger.hpp): a rank that fails during another rank's dump, after its freeze, says so in
   // its DONE message; the origins then stay (their requests do not return) for its dump.
   std::string supersede_path_;       // the archive the joint dump replaces, during it (watcher)
